@@ -1,0 +1,47 @@
+"""Alembic environment for pgqueue: the version table lives in schema pgqueue, so it never
+collides with the application's own alembic history."""
+
+import psycopg
+import sqlalchemy
+from alembic import context
+from sqlalchemy.pool import NullPool
+
+SCHEMA = "pgqueue"
+# Any constant works; it only has to be the same for every pgqueue process.
+MIGRATION_LOCK = 7_364_203_911
+
+config = context.config
+
+
+def run_offline() -> None:
+    context.configure(
+        dialect_name="postgresql",
+        literal_binds=True,
+        version_table_schema=SCHEMA,
+        transactional_ddl=True,
+    )
+    with context.begin_transaction():
+        context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        context.run_migrations()
+
+
+def run_online() -> None:
+    dsn = config.attributes["dsn"]
+    engine = sqlalchemy.create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
+    )
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection, version_table_schema=SCHEMA, transactional_ddl=True
+        )
+        with context.begin_transaction():
+            # Serialise concurrent `pgqueue migrate` runs (several workers starting at once).
+            connection.execute(sqlalchemy.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+            connection.execute(sqlalchemy.text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+            context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,32 @@
+"""The one JSON codec: strict (no NaN, no implicit str() of unknown objects), compact."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pgqueue.errors import PayloadTooLarge
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+
+def dumps(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Serialise `value`; `what` names it in errors ("arguments of task 'x'")."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what} must be JSON: {exc}. Pass plain dicts, lists, str, int, float, bool or None "
+            "(e.g. an id instead of an object, an ISO string instead of a datetime)"
+        ) from None
+    size = len(text.encode())
+    if size > limit:
+        raise PayloadTooLarge(
+            f"{what} are {size:,} bytes, over the {limit:,}-byte limit: store large data "
+            "in your own table and pass its id (or raise App(max_payload_bytes=...))"
+        )
+    return text
+
+
+def loads(text: str | bytes) -> Any:
+    return json.loads(text)

@@ -1,0 +1,330 @@
+"""App: the registry of tasks and queues, and the entry point to the database."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pgqueue import _json, _sql, db, migrate
+from pgqueue.context import Context
+from pgqueue.errors import ConfigError, RunNotFound, UnknownTask
+from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
+from pgqueue.runs import Run, RunHandle
+from pgqueue.tasks import GroupFn, Hook, RunRow, Task, Validator, check_name
+
+if TYPE_CHECKING:
+    from pgqueue.worker import Worker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+NOTIFY_ENV = "PGQUEUE_NOTIFY"
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+
+
+class App:
+    """Registry of tasks and queues bound to one database.
+
+    `dsn`: argument > PGQUEUE_DSN > error, resolved at first use so that a module can
+    create its App at import time and the CLI's --dsn can still apply.
+    `notify=False` (or PGQUEUE_NOTIFY=off) disables LISTEN/NOTIFY, for poolers in
+    transaction mode; workers then find work by polling.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        notify: bool | None = None,
+        max_payload_bytes: int = _json.DEFAULT_MAX_PAYLOAD_BYTES,
+        pool_size: int = 4,
+        default_queue: str = "default",
+    ) -> None:
+        self._dsn = db.check_dsn(dsn) if dsn else None
+        if notify is None:
+            notify = os.environ.get(NOTIFY_ENV, "on").lower() not in ("off", "0", "false", "no")
+        self.notify = notify
+        self.max_payload_bytes = max_payload_bytes
+        self.pool_size = pool_size
+        self.default_queue = check_name("queue", default_queue)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.queues: dict[str, QueueConfig] = {}
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._pool_pid = 0
+        self._lock = threading.Lock()
+
+    # -- configuration ----------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        if self._dsn is None:
+            self._dsn = db.resolve_dsn(None)
+        return self._dsn
+
+    def configure(self, *, dsn: str | None = None, notify: bool | None = None) -> None:
+        """Override settings after import (the CLI's --dsn). Closes an open pool."""
+        if dsn is not None:
+            self.close()
+            self._dsn = db.check_dsn(dsn)
+        if notify is not None:
+            self.notify = notify
+
+    @classmethod
+    def embedded(cls, **kwargs: Any) -> App:
+        """An App on the shared local embedded PostgreSQL (started if needed, migrated)."""
+        from pgqueue import embedded
+
+        app = cls(embedded.ensure_server(), **kwargs)
+        app.migrate()
+        return app
+
+    def queue(
+        self, name: str, *, concurrency: int | None = None, group_concurrency: int | None = None
+    ) -> QueueConfig:
+        """Declare a queue and its limits (stored in pgqueue.queues when a worker starts)."""
+        for label, value in (("concurrency", concurrency), ("group_concurrency", group_concurrency)):
+            if value is not None and value < 1:
+                raise ValueError(f"queue {name!r}: {label} must be >= 1 (or None for no limit)")
+        config = QueueConfig(check_name("queue", name), concurrency, group_concurrency)
+        self.queues[name] = config
+        return config
+
+    # -- registering tasks --------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, fn: None = None, /, **options: Any
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a function as a task: `@app.task` or `@app.task(queue=..., ...)`.
+
+        Options: name, queue, priority (lower runs first), max_attempts, timeout (seconds),
+        retry (RetryPolicy), validator, group (str or callable of the arguments),
+        on_success(ctx, result), on_failure(ctx, exc).
+        """
+        if fn is not None:
+            return self._register(fn, workflow=False)
+        return lambda f: self._register(f, workflow=False, **options)
+
+    def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a workflow: like a task, but it receives a Context first."""
+        if fn is not None:
+            return self._register(fn, workflow=True)
+        return lambda f: self._register(f, workflow=True, **options)
+
+    def _register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        workflow: bool,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        validator: Validator | None = None,
+        group: str | GroupFn | None = None,
+        on_success: Hook | None = None,
+        on_failure: Hook | None = None,
+    ) -> Task[Any, Any]:
+        task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+            raise ValueError(f"two tasks are named {task_name!r}: give one of them name=...")
+        task: Task[Any, Any] = Task(
+            self,
+            fn,
+            name=task_name,
+            queue=queue or self.default_queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            retry=retry,
+            validator=validator,
+            group=group,
+            on_success=on_success,
+            on_failure=on_failure,
+            workflow=workflow,
+        )
+        self.tasks[task_name] = task
+        return task
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTask(f"unknown task {name!r}; this app registers: {known}") from None
+
+    def enqueue(self, task: str, /, *args: Any, **kwargs: Any) -> RunHandle:
+        """Enqueue a registered task by name."""
+        return self.get_task(task).enqueue(*args, **kwargs)
+
+    # -- database access ----------------------------------------------------------------
+
+    def _get_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                dsn = self.dsn
+                db.connect(dsn).close()  # fail fast, in one line, on a bad DSN or server
+                self._pool = ConnectionPool(
+                    dsn,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    kwargs={"autocommit": True},
+                    timeout=10,
+                    open=True,
+                    name="pgqueue",
+                )
+                self._pool_pid = os.getpid()
+            return self._pool
+
+    @contextlib.contextmanager
+    def connection(
+        self, conn: psycopg.Connection[Any] | None = None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """The caller's connection if given, else one from the App's pool (autocommit)."""
+        if conn is not None:
+            with db.translate_errors():
+                yield conn
+            return
+        try:
+            with self._get_pool().connection() as pooled, db.translate_errors():
+                yield pooled
+        except PoolTimeout:
+            raise ConfigError(
+                f"no database connection within 10s ({db.redact(self.dsn)}): is the server up?"
+            ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    def migrate(self) -> None:
+        """Create or update the pgqueue schema (same as `pgqueue migrate`)."""
+        migrate.upgrade(self.dsn)
+
+    def check_schema(self) -> None:
+        """Raise NotMigrated unless the database schema matches this pgqueue version."""
+        with self.connection() as conn:
+            migrate.check(conn)
+
+    def insert_runs(
+        self, rows: Sequence[RunRow], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[RunHandle]:
+        """Insert prepared rows with one statement; the engine behind every enqueue."""
+        if not rows:
+            return []
+        params: dict[str, Any] = {f.name: [getattr(r, f.name) for r in rows] for f in fields(RunRow)}
+        params["notify"] = self.notify
+        with self.connection(conn) as c:
+            found = c.execute(_sql.query("enqueue"), params).fetchall()
+            by_key = {key: run_id for run_id, key, _ in found if key is not None}
+            missing = [r.idempotency_key for r in rows if r.idempotency_key and r.idempotency_key not in by_key]
+            if missing:
+                existing = c.execute(_sql.query("runs_by_idempotency_key"), {"keys": missing})
+                by_key.update({key: run_id for run_id, key in existing.fetchall()})
+        fresh = iter(run_id for run_id, key, _ in found if key is None)
+        created_keys = {key for _, key, _ in found if key is not None}
+        handles = []
+        for r in rows:
+            if r.idempotency_key is None:
+                handles.append(RunHandle(next(fresh), self))
+            else:
+                created = r.idempotency_key in created_keys
+                created_keys.discard(r.idempotency_key)
+                handles.append(RunHandle(by_key[r.idempotency_key], self, created=created))
+        return handles
+
+    def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
+        with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(_sql.query("get_run"), {"id": run_id}).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id} (it may have been pruned)")
+        return Run.from_row(row)
+
+    def list_runs(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        params = {"state": state, "queue": queue, "task": task, "limit": limit}
+        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            return [Run.from_row(r) for r in cur.execute(_sql.query("list_runs"), params)]
+
+    def run_errors(self, run_id: int) -> list[dict[str, Any]]:
+        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(_sql.query("run_errors"), {"id": run_id}).fetchall()
+
+    def cancel(self, run_id: int) -> bool:
+        """Cancel a run that has not finished; a running one is told to stop. Returns
+        False if the run had already finished."""
+        with self.connection() as c:
+            row = c.execute(_sql.query("cancel"), {"id": run_id}).fetchone()
+        return bool(row and row[0])
+
+    def retry(self, run_id: int) -> bool:
+        """Queue a finished run again for one more attempt (recorded in run_errors).
+        Returns False if the run has not finished."""
+        with self.connection() as c:
+            row = c.execute(_sql.query("retry"), {"id": run_id}).fetchone()
+        return bool(row and row[0])
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        with self.connection() as c:
+            c.execute(_sql.query("set_queue_paused"), {"queue": queue, "paused": paused})
+
+    def queue_summary(self) -> list[dict[str, Any]]:
+        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(_sql.query("queue_summary")).fetchall()
+
+    def list_workers(self) -> list[dict[str, Any]]:
+        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(_sql.query("list_workers")).fetchall()
+
+    # -- workers ------------------------------------------------------------------------
+
+    def served_queues(self) -> list[str]:
+        """Queues a worker serves by default: the declared ones and those of its tasks."""
+        names = {self.default_queue, *self.queues, *(t.queue for t in self.tasks.values())}
+        return sorted(names)
+
+    def worker(self, **options: Any) -> Worker:
+        """A worker for this app; see pgqueue.worker.Worker for the options."""
+        from pgqueue.worker import Worker
+
+        return Worker(self, **options)
+
+    def make_context(self, run: dict[str, Any]) -> Context:
+        return Context(
+            run_id=run["id"],
+            task=run["task"],
+            queue=run["queue"],
+            attempt=run["attempt"],
+            max_attempts=run["max_attempts"],
+            args=run["args"],
+            kwargs=run["kwargs"],
+        )

@@ -1,0 +1,73 @@
+"""Exception types a user can catch. Every message says what to do next."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgqueue.runs import Run
+
+
+class PgQueueError(Exception):
+    """Base class of every pgqueue error."""
+
+
+class UserError(PgQueueError):
+    """Bad input or configuration; the CLI prints it as one line and exits 2."""
+
+
+class ConfigError(UserError):
+    """No database configured, a malformed DSN, an unreachable server."""
+
+
+class NotMigrated(UserError):
+    """The database has no pgqueue schema, or an older one."""
+
+
+class UnknownTask(UserError, LookupError):
+    """A task name that no App registered."""
+
+
+class PayloadTooLarge(UserError, ValueError):
+    """Arguments or a result over the App's max_payload_bytes."""
+
+
+class RunNotFound(UserError, LookupError):
+    """No run with that id (it may have been pruned)."""
+
+
+class RunFailed(PgQueueError):
+    """Raised by RunHandle.wait() when the run ended in state `failed`."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(f"run {run.id} ({run.task}) failed: {run.error}")
+
+
+class RunCanceled(PgQueueError):
+    """Raised by RunHandle.wait() when the run was canceled."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(f"run {run.id} ({run.task}) was canceled")
+
+
+class RetryAfter(Exception):  # noqa: N818 - the name is the public contract
+    """Raise from a task to run it again after `seconds` without using an attempt."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        if seconds < 0:
+            raise ValueError("RetryAfter seconds must be >= 0")
+        self.seconds = float(seconds)
+        super().__init__(reason or f"retry after {seconds:g}s")
+
+
+class NonRetryable(Exception):  # noqa: N818 - the name is the public contract
+    """Raise from a task to fail the run now, whatever attempts remain."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+
+
+class LeaseLost(PgQueueError):
+    """This worker no longer holds the run: its lease expired or the run was canceled."""

@@ -1,0 +1,97 @@
+"""Runs as Python sees them: the Run record and the RunHandle an enqueue returns."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import _sql, db
+from pgqueue.errors import RunCanceled, RunFailed
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "canceled"})
+STATES = ("scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled")
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    task: str
+    queue: str
+    state: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any
+    error: str | None
+    attempt: int
+    max_attempts: int
+    timeout_seconds: float | None
+    group_key: str | None
+    idempotency_key: str | None
+    parent_id: int | None
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: uuid.UUID | None
+    lease_expires_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, uuid.UUID):
+                value = str(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """What enqueue returns: the run's id, and a way to wait for its outcome."""
+
+    id: int
+    app: App
+    created: bool = True
+
+    def get(self) -> Run:
+        return self.app.get_run(self.id)
+
+    def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
+        TimeoutError. Wakes on a NOTIFY sent when the run finishes (polls as a backstop)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with db.connect(self.app.dsn) as conn:
+            conn.execute("LISTEN pgqueue_done")
+            conn.execute(_sql.query("watch_run"), {"id": self.id})
+            while True:
+                run = self.app.get_run(self.id, conn=conn)
+                if run.state == "succeeded":
+                    return run.result
+                if run.state == "failed":
+                    raise RunFailed(run)
+                if run.state == "canceled":
+                    raise RunCanceled(run)
+                left = poll_interval if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"run {self.id} still {run.state} after {timeout}s")
+                target = str(self.id)
+                for note in conn.notifies(timeout=min(left, poll_interval)):
+                    if note.payload == target:
+                        break

@@ -1,0 +1,232 @@
+"""Tasks: registered functions, their options, and how their runs are enqueued."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+import psycopg
+
+from pgqueue import _json
+from pgqueue.errors import UserError
+from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
+from pgqueue.runs import RunHandle
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.context import Context
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Validator = Callable[..., Any]
+Hook = Callable[..., Any]
+GroupFn = Callable[..., str | None]
+
+MAX_NAME_LENGTH = 200
+
+
+class ValidationError(UserError, ValueError):
+    """A task's validator rejected its arguments."""
+
+
+def check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"{kind} name must be a non-empty string of at most 200 characters")
+    return name
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-enqueue overrides (see Task.options). None means: the task's default."""
+
+    conn: psycopg.Connection[Any] | None = None
+    queue: str | None = None
+    priority: int | None = None
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    group: str | None = None
+    parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run ready for the enqueue statement (arguments already JSON)."""
+
+    task: str
+    queue: str
+    priority: int
+    args: str
+    kwargs: str
+    max_attempts: int
+    timeout_seconds: float | None
+    group_key: str | None
+    idempotency_key: str | None
+    run_at: datetime | None
+    delay: float | None
+    parent_id: int | None
+
+
+class Task(Generic[P, R]):
+    """A function registered with @app.task or @app.workflow under a stable name."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        timeout: float | None,
+        retry: RetryPolicy,
+        validator: Validator | None,
+        group: str | GroupFn | None,
+        on_success: Hook | None,
+        on_failure: Hook | None,
+        workflow: bool,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"task {name!r}: max_attempts must be >= 1")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"task {name!r}: timeout must be > 0 seconds")
+        self.app = app
+        self.fn = fn
+        self.name = check_name("task", name)
+        self.queue = check_name("queue", queue)
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self.retry = retry
+        self.validator = validator
+        self.group = group
+        self.on_success = on_success
+        self.on_failure = on_failure
+        self.workflow = workflow
+        self.is_async = inspect.iscoroutinefunction(fn)
+        signature = inspect.signature(fn)
+        if workflow:
+            params = list(signature.parameters.values())
+            if not params:
+                raise TypeError(f"workflow {name!r} must take a Context as its first argument")
+            signature = signature.replace(parameters=params[1:])
+        self.signature = signature
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly, in this process (no run is created)."""
+        return self.fn(*args, **kwargs)
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
+        return BoundTask(self, EnqueueOptions(**options))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
+
+    def enqueue_many(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[RunHandle]:
+        return BoundTask(self, EnqueueOptions()).enqueue_many(items)
+
+    # -- used by enqueue and by the worker ------------------------------------------
+
+    def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Check arity, then the user's validator. Raises TypeError / ValidationError."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.name!r}: {exc}") from None
+        if self.validator is None:
+            return
+        try:
+            if _is_pydantic_model(self.validator):
+                self.validator.model_validate(dict(bound.arguments))
+            else:
+                self.validator(*args, **kwargs)
+        except (ValueError, TypeError, AssertionError) as exc:
+            raise ValidationError(f"invalid arguments for task {self.name!r}: {exc}") from None
+
+    def group_for(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        if self.group is None or isinstance(self.group, str):
+            return self.group
+        return self.group(*args, **kwargs)
+
+    def make_row(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], opts: EnqueueOptions
+    ) -> RunRow:
+        self.validate(args, kwargs)
+        limit = self.app.max_payload_bytes
+        what = f"arguments of task {self.name!r}"
+        delay = opts.delay.total_seconds() if isinstance(opts.delay, timedelta) else opts.delay
+        if opts.run_at is not None and opts.run_at.tzinfo is None:
+            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return RunRow(
+            task=self.name,
+            queue=check_name("queue", opts.queue or self.queue),
+            priority=self.priority if opts.priority is None else opts.priority,
+            args=_json.dumps(list(args), what=what, limit=limit),
+            kwargs=_json.dumps(dict(kwargs), what=what, limit=limit),
+            max_attempts=opts.max_attempts or self.max_attempts,
+            timeout_seconds=opts.timeout or self.timeout,
+            group_key=opts.group if opts.group is not None else self.group_for(args, kwargs),
+            idempotency_key=opts.idempotency_key,
+            run_at=opts.run_at,
+            delay=delay,
+            parent_id=opts.parent_id,
+        )
+
+    def run_ctx_args(self, ctx: Context, args: list[Any]) -> list[Any]:
+        return [ctx, *args] if self.workflow else args
+
+
+class BoundTask(Generic[P, R]):
+    """A task with per-enqueue options: `task.options(priority=-5, conn=conn).enqueue(...)`."""
+
+    def __init__(self, task: Task[P, R], opts: EnqueueOptions) -> None:
+        self.task = task
+        self.opts = opts
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
+        return BoundTask(self.task, replace(self.opts, **options))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        row = self.task.make_row(args, kwargs, self.opts)
+        return self.task.app.insert_runs([row], conn=self.opts.conn)[0]
+
+    def enqueue_many(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[RunHandle]:
+        """Enqueue many runs in one statement. Each item is an args tuple/list or a kwargs
+        dict. An idempotency key, if set in options, would collide: use enqueue() per key."""
+        if self.opts.idempotency_key is not None:
+            raise ValueError("enqueue_many cannot share one idempotency_key across runs")
+        rows = []
+        for item in items:
+            if isinstance(item, Mapping):
+                rows.append(self.task.make_row((), item, self.opts))
+            elif isinstance(item, (list, tuple)):
+                rows.append(self.task.make_row(item, {}, self.opts))
+            else:
+                raise TypeError(
+                    f"enqueue_many items must be an args tuple/list or a kwargs dict, "
+                    f"not {type(item).__name__}"
+                )
+        return self.task.app.insert_runs(rows, conn=self.opts.conn)
+
+
+def _is_pydantic_model(obj: Any) -> bool:
+    return isinstance(obj, type) and hasattr(obj, "model_validate")
+
+
+__all__ = ["DEFAULT_RETRY", "BoundTask", "EnqueueOptions", "RunRow", "Task", "ValidationError"]

@@ -1,0 +1,329 @@
+"""The worker: a composition of small duties around one claim loop.
+
+claim loop   - claims runs in batches (SKIP LOCKED) whenever slots are free
+executor     - runs each attempt (threads for sync tasks, the event loop for async ones)
+completer    - writes outcomes in batches, fenced by lease
+lease keeper - renews all held leases in one statement; drops runs whose lease was lost
+rescuer      - takes back runs whose lease expired elsewhere
+stager       - promotes scheduled runs that are due
+listener     - LISTEN for new work and cancels
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue import __version__, _sql, db, migrate
+from pgqueue.runs import TERMINAL_STATES
+from pgqueue.worker import _executor
+from pgqueue.worker._completer import Completer, Outcome
+from pgqueue.worker._executor import Held
+from pgqueue.worker._service import DB_ERRORS
+from pgqueue.worker._stager import Stager
+from pgqueue.worker._threads import DaemonThreads
+from pgqueue.worker.leases import LeaseKeeper, Rescuer, WorkerPruner
+from pgqueue.worker.notifications import Listener
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+log = logging.getLogger("pgqueue.worker")
+
+
+class Worker:
+    """Runs tasks of `app` from `queues` (default: every queue the app declares or uses).
+
+    concurrency     runs at once in this process
+    lease_seconds   how long a claim stays valid without renewal (renewed every third)
+    poll_interval   safety-net poll when no NOTIFY arrives (seconds)
+    grace           at shutdown, how long running tasks may finish before release
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 10,
+        lease_seconds: float = 30.0,
+        poll_interval: float = 5.0,
+        grace: float = 30.0,
+        stage_interval: float = 1.0,
+        rescue_interval: float | None = None,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if lease_seconds < 1:
+            raise ValueError("lease_seconds must be >= 1")
+        self.app = app
+        self.queues = list(queues) if queues else app.served_queues()
+        self.concurrency = concurrency
+        self.lease_seconds = float(lease_seconds)
+        self.poll_interval = poll_interval
+        self.grace = grace
+        self.stage_interval = stage_interval
+        self.rescue_interval = rescue_interval or min(5.0, self.lease_seconds / 2)
+        self.install_signal_handlers = install_signal_handlers
+        self.id = uuid.uuid4()
+        self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
+        self.held: dict[int, Held] = {}
+        self.stats: Counter[str] = Counter()
+        self.pickup_seconds: list[float] = []
+        self.threads = DaemonThreads(concurrency)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._signals = 0
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self.started = threading.Event()
+
+    # -- public control -------------------------------------------------------------
+
+    def run(self, burst: bool = False) -> None:
+        """Block, running tasks until stop() or a signal (or, with burst, until the served
+        queues hold nothing due)."""
+        asyncio.run(self.run_async(burst=burst))
+
+    def stop(self) -> None:
+        """Ask the worker to drain and stop; safe from any thread or a signal handler."""
+        loop = self._loop
+        if loop is not None and self._stop is not None:
+            loop.call_soon_threadsafe(self._stop.set)
+
+    # -- used by the duties ---------------------------------------------------------
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        assert self._pool is not None
+        return self._pool
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def lose(self, run_id: int, why: str) -> None:
+        """Stop a run we hold without writing its outcome: the lease is no longer ours."""
+        held = self.held.get(run_id)
+        if held is None or held.submitted or held.lost:
+            return
+        log.warning("run %s (%s): stopping, %s", run_id, held.row["task"], why)
+        held.lost = True
+        held.ctx._cancel.set()
+        if held.invocation is not None and not held.invocation.done():
+            held.invocation.cancel()
+        self.stats["lost"] += 1
+
+    # -- main -------------------------------------------------------------------------
+
+    async def run_async(self, burst: bool = False) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        dsn = self.app.dsn
+        with db.connect(dsn) as conn:
+            migrate.check(conn)
+            self._register(conn)
+        self._pool = AsyncConnectionPool(
+            dsn, min_size=2, max_size=4, kwargs={"autocommit": True}, timeout=5,
+            open=False, name=f"pgqueue-worker-{self.id.hex[:8]}",
+        )
+        await self._pool.open(wait=False)
+        self._install_signals()
+        self.completer = Completer(self)
+        self.stager = Stager(self)
+        self.listener = Listener(self)
+        duties = [self.completer.run(), LeaseKeeper(self).run(), Rescuer(self).run(),
+                  WorkerPruner(self).run(), self.stager.run()]
+        if self.app.notify:
+            duties.append(self.listener.run())
+        background = [asyncio.create_task(d) for d in duties]
+        log.info("worker %s started: queues=%s concurrency=%d lease=%.0fs",
+                 self.id, ",".join(self.queues), self.concurrency, self.lease_seconds)
+        try:
+            if self.app.notify and not burst:
+                # Do not report ready before LISTEN is in place: a run enqueued right
+                # after would otherwise wait for the next poll.
+                await asyncio.wait_for(self.listener.connected.wait(), 10)
+            self.started.set()
+            await self._claim_loop(burst)
+            await self._drain()
+        finally:
+            for t in background:
+                t.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self._deregister()
+            await self._pool.close()
+            self.threads.shutdown()
+            self._remove_signals()
+            log.info("worker %s stopped: %s", self.id, dict(self.stats))
+
+    def _register(self, conn: Any) -> None:
+        for q in self.app.queues.values():
+            conn.execute(_sql.query("configure_queue"), {
+                "queue": q.name, "concurrency": q.concurrency,
+                "group_concurrency": q.group_concurrency})
+        conn.execute(_sql.query("register_worker"), {
+            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+            "queues": self.queues, "tasks": sorted(self.app.tasks),
+            "concurrency": self.concurrency, "version": __version__})
+
+    async def _deregister(self) -> None:
+        try:
+            async with self.pool.connection(timeout=2) as conn:
+                await conn.execute(_sql.query("deregister_worker"), {"id": self.id})
+        except DB_ERRORS:
+            log.warning("could not remove worker %s from pgqueue.workers; it will be pruned",
+                        self.id)
+
+    async def _claim_loop(self, burst: bool) -> None:
+        assert self._wake is not None and self._stop is not None
+        failures = 0
+        start = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            claimed = 0
+            try:
+                free = self.concurrency - len(self.held)
+                n = len(self.queues)
+                for i in range(n):
+                    if free <= 0:
+                        break
+                    queue = self.queues[(start + i) % n]
+                    got = await self._claim(queue, free)
+                    claimed += got
+                    free -= got
+                start = (start + 1) % n
+                failures = 0
+            except DB_ERRORS as exc:
+                failures += 1
+                delay = min(5.0, 0.1 * 2**failures)
+                log.warning("claim: database unavailable (%s); retrying in %.1fs",
+                            db.first_line(exc), delay)
+                await self._sleep(delay)
+                continue
+            if burst and not claimed and not self.held:
+                try:
+                    staged, _ = await self.stager.stage()
+                except DB_ERRORS:
+                    staged = 1
+                if not staged:
+                    return
+                continue
+            if claimed and len(self.held) < self.concurrency:
+                continue  # the queue may hold more
+            await self._sleep(self.poll_interval, wake=True)
+
+    async def _sleep(self, seconds: float, wake: bool = False) -> None:
+        assert self._wake is not None and self._stop is not None
+        waits = [asyncio.ensure_future(self._stop.wait())]
+        if wake:
+            waits.append(asyncio.ensure_future(self._wake.wait()))
+        _, pending = await asyncio.wait(waits, timeout=seconds,
+                                        return_when=asyncio.FIRST_COMPLETED)
+        for p in waits:
+            p.cancel()
+
+    async def _claim(self, queue: str, limit: int) -> int:
+        params = {"queue": queue, "limit": limit, "worker_id": self.id,
+                  "lease_seconds": self.lease_seconds}
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_sql.query("claim"), params)
+            rows = await cur.fetchall()
+        rows.sort(key=lambda r: (r["priority"], r["id"]))
+        for row in rows:
+            held = Held(row["id"], row["lease_token"], row, self.app.make_context(row))
+            self.held[held.id] = held
+            held.task = asyncio.create_task(self._execute(held))
+            self.pickup_seconds.append(max(0.0, row["pickup_seconds"]))
+        self.stats["claimed"] += len(rows)
+        return len(rows)
+
+    async def _execute(self, held: Held) -> None:
+        try:
+            log.debug("run %s (%s) attempt %s started", held.id, held.row["task"],
+                      held.row["attempt"])
+            outcome = await _executor.attempt(self, held)
+            if outcome is not None and not held.lost:
+                held.submitted = True
+                written = await self.completer.submit(outcome)
+                self.stats[outcome.state if written else "fenced"] += 1
+                log.debug("run %s -> %s%s", held.id, outcome.state,
+                          "" if written else " (rejected: lease lost)")
+                if written and outcome.state in TERMINAL_STATES:
+                    await _executor.run_hook(self, held, outcome)
+            inv = held.invocation
+            if inv is not None and not inv.done():
+                await asyncio.wait([inv])  # a timed-out sync task still holds its thread
+        except Exception:
+            log.exception("run %s: internal error in the worker", held.id)
+        finally:
+            self.held.pop(held.id, None)
+            self.wake()
+
+    async def _drain(self) -> None:
+        """Stop claiming; let running tasks finish within the grace period; release the
+        rest (back to queued, the attempt given back)."""
+        tasks = [h.task for h in self.held.values() if h.task is not None]
+        if tasks:
+            log.info("draining %d running runs (grace %.0fs)", len(tasks), self.grace)
+            await asyncio.wait(tasks, timeout=self.grace)
+        leftover = [h for h in self.held.values() if not h.submitted and not h.lost]
+        if leftover:
+            log.warning("grace period over: releasing %d runs", len(leftover))
+            for h in leftover:
+                h.released = True
+                h.ctx._cancel.set()
+                if h.invocation is not None and not h.invocation.done():
+                    h.invocation.cancel()
+            releases = [Outcome(h.id, h.lease_token, "queued", refund=True) for h in leftover]
+            written = await asyncio.wait_for(
+                asyncio.gather(*(self.completer.submit(o) for o in releases)), 10
+            )
+            self.stats["released"] += sum(written)
+        pending = [h.task for h in self.held.values() if h.task is not None and h.submitted]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    # -- signals ----------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+            return
+        assert self._loop is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _remove_signals(self) -> None:
+        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+            return
+        assert self._loop is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second %s: exiting now; held runs are rescued when their leases "
+                        "expire", sig.name)
+            os._exit(1)
+        log.info("%s: finishing running tasks (grace %.0fs); send it again to exit now",
+                 sig.name, self.grace)
+        assert self._stop is not None
+        self._stop.set()
+
+
+def monotonic() -> float:
+    return time.monotonic()

@@ -1,0 +1,150 @@
+"""One attempt of one run: call the task (thread or event loop), enforce its timeout, and
+turn what happened into an Outcome for the completer."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pgqueue import _json
+from pgqueue.context import Context
+from pgqueue.errors import NonRetryable, RetryAfter
+from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
+from pgqueue.tasks import Task, ValidationError
+from pgqueue.worker._completer import Outcome
+
+if TYPE_CHECKING:
+    from pgqueue.worker import Worker
+
+log = logging.getLogger("pgqueue.worker")
+
+
+@dataclass(eq=False)
+class Held:
+    """A run this worker holds under a lease."""
+
+    id: int
+    lease_token: UUID
+    row: dict[str, Any]
+    ctx: Context
+    invocation: asyncio.Future[Any] | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+    submitted: bool = False  # its outcome went to the completer: stop renewing
+    lost: bool = False  # lease lost or run canceled: write nothing
+    released: bool = False  # handed back at shutdown
+
+
+def failure(
+    held: Held,
+    kind: str,
+    exc: BaseException | str,
+    *,
+    retry: RetryPolicy | None,
+    with_traceback: bool = True,
+) -> Outcome:
+    """A failed attempt: retried after the policy's delay if attempts remain and `retry`
+    is given, else the run fails for good."""
+    message = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    tb = None
+    if with_traceback and isinstance(exc, BaseException):
+        tb = "".join(traceback.format_exception(exc))
+    attempt, max_attempts = held.row["attempt"], held.row["max_attempts"]
+    if retry is not None and attempt < max_attempts:
+        return Outcome(held.id, held.lease_token, "scheduled", error=message, error_kind=kind,
+                       traceback=tb, delay=retry.delay(attempt))
+    return Outcome(held.id, held.lease_token, "failed", error=message, error_kind=kind,
+                   traceback=tb)
+
+
+async def attempt(worker: Worker, held: Held) -> Outcome | None:
+    """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
+    row = held.row
+    task = worker.app.tasks.get(row["task"])
+    if task is None:
+        return failure(
+            held, "unknown_task",
+            f"unknown task {row['task']!r}: no task of that name is registered in the app "
+            f"this worker runs ({worker.app_label}); deploy it or cancel the run",
+            retry=DEFAULT_RETRY,
+        )
+    try:
+        task.validate(row["args"], row["kwargs"])
+    except (TypeError, ValidationError) as exc:
+        return failure(held, "invalid_arguments", exc, retry=None, with_traceback=False)
+    try:
+        result = await _invoke(worker, held, task)
+    except asyncio.CancelledError:
+        if held.lost or held.released:
+            return None
+        raise
+    except RetryAfter as exc:
+        if exc.seconds <= 0:
+            return Outcome(held.id, held.lease_token, "queued", refund=True)
+        return Outcome(held.id, held.lease_token, "scheduled", delay=exc.seconds, refund=True)
+    except NonRetryable as exc:
+        return failure(held, "non_retryable", exc, retry=None)
+    except TimeoutError as exc:
+        if held.lost or held.released:
+            return None
+        held.ctx._cancel.set()
+        return failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
+    except Exception as exc:
+        if held.lost or held.released:
+            return None
+        return failure(held, "error", exc, retry=task.retry)
+    if held.lost or held.released:
+        return None
+    try:
+        text = _json.dumps(result, what=f"the result of task {task.name!r}",
+                           limit=worker.app.max_payload_bytes)
+    except (TypeError, ValueError) as exc:
+        return failure(held, "bad_result", exc, retry=None, with_traceback=False)
+    return Outcome(held.id, held.lease_token, "succeeded", result=text)
+
+
+async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
+    args = task.run_ctx_args(held.ctx, held.row["args"])
+    kwargs = held.row["kwargs"]
+    timeout = held.row["timeout_seconds"]
+    if task.is_async:
+        held.invocation = asyncio.ensure_future(task.fn(*args, **kwargs))
+        awaitable: asyncio.Future[Any] = held.invocation
+    else:
+        held.invocation = worker.threads.submit(functools.partial(task.fn, *args, **kwargs))
+        # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
+        # the slot stays busy until the function returns.
+        awaitable = asyncio.shield(held.invocation)
+    if timeout is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"attempt exceeded the task's timeout of {timeout:g}s") from None
+
+
+async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
+    """on_success / on_failure, once the terminal write is confirmed. Their errors are
+    logged and never change the run's outcome."""
+    task = worker.app.tasks.get(held.row["task"])
+    if task is None:
+        return
+    if outcome.state == "succeeded" and task.on_success is not None:
+        hook, value = task.on_success, _json.loads(outcome.result or "null")
+    elif outcome.state == "failed" and task.on_failure is not None:
+        hook, value = task.on_failure, outcome.error
+    else:
+        return
+    try:
+        if asyncio.iscoroutinefunction(hook):
+            await hook(held.ctx, value)
+        else:
+            await worker.threads.submit(functools.partial(hook, held.ctx, value))
+    except Exception:
+        log.exception("run %s: %s hook of task %s raised (the run's outcome stands)",
+                      held.id, "on_success" if outcome.state == "succeeded" else "on_failure",
+                      task.name)

@@ -1,0 +1,57 @@
+"""Wake-ups: a dedicated connection LISTENs for new queued runs and for cancels.
+
+NOTIFY is an accelerator, never the source of truth: after every (re)connect the worker
+polls, and it polls every poll_interval anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgqueue.worker._service import DB_ERRORS
+
+if TYPE_CHECKING:
+    from pgqueue.worker import Worker
+
+log = logging.getLogger("pgqueue.worker")
+
+QUEUED = "pgqueue_queued"
+CANCEL = "pgqueue_cancel"
+
+
+class Listener:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.connected = asyncio.Event()
+
+    async def run(self) -> None:
+        failures = 0
+        served = set(self.worker.queues)
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.worker.app.dsn, autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {QUEUED}")
+                    await conn.execute(f"LISTEN {CANCEL}")
+                    self.connected.set()
+                    failures = 0
+                    self.worker.wake()  # anything enqueued while we were not listening
+                    async for note in conn.notifies():
+                        if note.channel == QUEUED:
+                            if note.payload in served:
+                                self.worker.wake()
+                        elif note.channel == CANCEL and note.payload.isdigit():
+                            self.worker.lose(int(note.payload), "it was canceled")
+            except asyncio.CancelledError:
+                raise
+            except DB_ERRORS as exc:
+                self.connected.clear()
+                failures += 1
+                delay = min(5.0, 0.1 * 2**failures)
+                log.warning("listener: connection lost (%s); reconnecting in %.1fs",
+                            str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
+                await asyncio.sleep(delay)

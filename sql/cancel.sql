@@ -1,0 +1,1 @@
+SELECT pgqueue.cancel(%(id)s) AS canceled

@@ -1,0 +1,24 @@
+-- Claim up to `limit` queued runs of one queue for this worker, in priority then FIFO
+-- order, under a fresh lease. Reads only runs_claim_idx; SKIP LOCKED lets many workers
+-- claim at once without waiting on each other. A paused queue yields nothing.
+WITH picked AS (
+    SELECT id
+    FROM pgqueue.runs
+    WHERE state = 'queued' AND queue = %(queue)s
+      AND NOT EXISTS (SELECT 1 FROM pgqueue.queues q WHERE q.name = %(queue)s AND q.paused)
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgqueue.runs r
+   SET state = 'running',
+       attempt = r.attempt + 1,
+       worker_id = %(worker_id)s,
+       lease_token = gen_random_uuid(),
+       lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
+       started_at = now()
+  FROM picked
+ WHERE r.id = picked.id
+RETURNING r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
+          r.timeout_seconds, r.lease_token, r.priority, r.group_key, r.parent_id,
+          extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds

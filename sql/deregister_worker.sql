@@ -1,0 +1,1 @@
+DELETE FROM pgqueue.workers WHERE id = %(id)s

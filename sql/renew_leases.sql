@@ -1,0 +1,14 @@
+-- Extend the leases of every run this worker holds, in one statement, and beat the
+-- worker's heartbeat. Only leases still valid are extended: a run missing from the
+-- result was lost (expired and rescued, or canceled) and must stop.
+WITH heartbeat AS (
+    UPDATE pgqueue.workers SET heartbeat_at = now() WHERE id = %(worker_id)s
+)
+UPDATE pgqueue.runs r
+   SET lease_expires_at = now() + %(lease_seconds)s * interval '1 second'
+  FROM unnest(%(id)s::bigint[], %(lease_token)s::uuid[]) AS held (id, lease_token)
+ WHERE r.id = held.id
+   AND r.lease_token = held.lease_token
+   AND r.state = 'running'
+   AND r.lease_expires_at > now()
+RETURNING r.id

@@ -1,0 +1,1 @@
+SELECT pgqueue.retry(%(id)s) AS retried

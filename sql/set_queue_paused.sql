@@ -1,0 +1,2 @@
+INSERT INTO pgqueue.queues (name, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
