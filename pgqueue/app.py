@@ -18,7 +18,16 @@ from pgqueue.context import Context
 from pgqueue.errors import ConfigError, RunNotFound, UnknownTask
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.runs import Run, RunHandle
-from pgqueue.tasks import GroupFn, Hook, RunRow, Task, Validator, check_name
+from pgqueue.tasks import (
+    EnqueueOptions,
+    GroupFn,
+    Hook,
+    RunRow,
+    Task,
+    Validator,
+    build_row,
+    check_name,
+)
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
@@ -177,6 +186,22 @@ class App:
     def enqueue(self, task: str, /, *args: Any, **kwargs: Any) -> RunHandle:
         """Enqueue a registered task by name."""
         return self.get_task(task).enqueue(*args, **kwargs)
+
+    def enqueue_by_name(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> RunHandle:
+        """Enqueue a run of a task this process does not import (from the CLI, or from a
+        service that only produces work). Its arguments are checked by the worker."""
+        if task in self.tasks:
+            return self.tasks[task].options(**options).enqueue(*args, **(kwargs or {}))
+        opts = EnqueueOptions(**options)
+        row = build_row(self, check_name("task", task), args, kwargs or {}, opts,
+                        queue=self.default_queue)
+        return self.insert_runs([row], conn=opts.conn)[0]
 
     # -- database access ----------------------------------------------------------------
 

@@ -166,24 +166,10 @@ class Task(Generic[P, R]):
         self, args: Sequence[Any], kwargs: Mapping[str, Any], opts: EnqueueOptions
     ) -> RunRow:
         self.validate(args, kwargs)
-        limit = self.app.max_payload_bytes
-        what = f"arguments of task {self.name!r}"
-        delay = opts.delay.total_seconds() if isinstance(opts.delay, timedelta) else opts.delay
-        if opts.run_at is not None and opts.run_at.tzinfo is None:
-            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
-        return RunRow(
-            task=self.name,
-            queue=check_name("queue", opts.queue or self.queue),
-            priority=self.priority if opts.priority is None else opts.priority,
-            args=_json.dumps(list(args), what=what, limit=limit),
-            kwargs=_json.dumps(dict(kwargs), what=what, limit=limit),
-            max_attempts=opts.max_attempts or self.max_attempts,
-            timeout_seconds=opts.timeout or self.timeout,
-            group_key=opts.group if opts.group is not None else self.group_for(args, kwargs),
-            idempotency_key=opts.idempotency_key,
-            run_at=opts.run_at,
-            delay=delay,
-            parent_id=opts.parent_id,
+        group = opts.group if opts.group is not None else self.group_for(args, kwargs)
+        return build_row(
+            self.app, self.name, args, kwargs, opts, queue=self.queue, priority=self.priority,
+            max_attempts=self.max_attempts, timeout=self.timeout, group=group,
         )
 
     def run_ctx_args(self, ctx: Context, args: list[Any]) -> list[Any]:
@@ -223,6 +209,40 @@ class BoundTask(Generic[P, R]):
                     f"not {type(item).__name__}"
                 )
         return self.task.app.insert_runs(rows, conn=self.opts.conn)
+
+
+def build_row(
+    app: App,
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    opts: EnqueueOptions,
+    *,
+    queue: str,
+    priority: int = 0,
+    max_attempts: int = 3,
+    timeout: float | None = None,
+    group: str | None = None,
+) -> RunRow:
+    """A run row from arguments, per-enqueue options and the task's defaults."""
+    what = f"arguments of task {task!r}"
+    delay = opts.delay.total_seconds() if isinstance(opts.delay, timedelta) else opts.delay
+    if opts.run_at is not None and opts.run_at.tzinfo is None:
+        raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return RunRow(
+        task=task,
+        queue=check_name("queue", opts.queue or queue),
+        priority=priority if opts.priority is None else opts.priority,
+        args=_json.dumps(list(args), what=what, limit=app.max_payload_bytes),
+        kwargs=_json.dumps(dict(kwargs), what=what, limit=app.max_payload_bytes),
+        max_attempts=opts.max_attempts or max_attempts,
+        timeout_seconds=opts.timeout or timeout,
+        group_key=opts.group if opts.group is not None else group,
+        idempotency_key=opts.idempotency_key,
+        run_at=opts.run_at,
+        delay=delay,
+        parent_id=opts.parent_id,
+    )
 
 
 def _is_pydantic_model(obj: Any) -> bool:

@@ -1,0 +1,3 @@
+from pgqueue.cli import main
+
+main()

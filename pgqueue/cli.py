@@ -1,0 +1,371 @@
+"""The `pgqueue` command line. User errors print one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+import psycopg
+
+from pgqueue import _sql, db, migrate
+from pgqueue.app import App
+from pgqueue.errors import PgQueueError, RunNotFound, UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str) -> None:
+    raise UserError(message)
+
+
+# -- shared options ---------------------------------------------------------------------
+
+
+def db_options(fn: F) -> F:
+    """--dsn and --embedded, on every command."""
+    fn = click.option("--embedded", is_flag=True,
+                      help="Use the shared local embedded PostgreSQL (started if needed).")(fn)
+    fn = click.option("--dsn", envvar=db.DSN_ENV, default=None,
+                      help="PostgreSQL DSN (default: $PGQUEUE_DSN).")(fn)
+    return fn
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def resolve_dsn(dsn: str | None, embedded: bool) -> str:
+    if embedded:
+        from pgqueue import embedded as emb
+
+        return emb.ensure_server()
+    return db.resolve_dsn(dsn)
+
+
+def load_app(spec: str) -> App:
+    """Import MODULE:ATTR (the current directory is importable, as with uvicorn)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        fail(f"--app must look like MODULE:ATTR (e.g. myproject.tasks:app), not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        fail(f"cannot import {module_name!r} (from --app {spec}): {exc}")
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        fail(f"{spec}: {attr!r} in {module_name} is not a pgqueue.App "
+             f"(found {type(app).__name__})")
+    assert isinstance(app, App)
+    return app
+
+
+def open_app(dsn: str | None, embedded: bool, spec: str | None = None) -> App:
+    app = load_app(spec) if spec else App()
+    if dsn or embedded or app._dsn is None:
+        app.configure(dsn=resolve_dsn(dsn, embedded))
+    app.check_schema()
+    return app
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    if not rows:
+        click.echo("(none)")
+        return
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_json(option: str, text: str | None, kind: type) -> Any:
+    if text is None:
+        return kind()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{option} is not valid JSON ({exc.msg} at position {exc.pos}): {text!r}")
+    if not isinstance(value, kind):
+        want = "a JSON array, e.g. '[1, \"a\"]'" if kind is list else "a JSON object, e.g. '{\"to\": \"a@b.c\"}'"
+        fail(f"{option} must be {want}")
+    return value
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pgqueue")
+def cli() -> None:
+    """pgqueue: durable background jobs and workflows in PostgreSQL."""
+
+
+@cli.command("migrate")
+@db_options
+@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of running it.")
+def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
+    """Create or update the pgqueue schema (idempotent)."""
+    if print_sql:
+        click.echo(migrate.upgrade_sql())
+        return
+    target = resolve_dsn(dsn, embedded)
+    db.connect(target).close()
+    migrate.upgrade(target)
+    click.echo(f"pgqueue schema is at revision {migrate.head()}")
+
+
+@cli.command()
+@db_options
+@click.option("--app", "app_spec", required=True, help="MODULE:ATTR of your pgqueue.App.")
+@click.option("--queues", help="Comma-separated queues (default: those the app uses).")
+@click.option("--concurrency", default=10, show_default=True, type=click.IntRange(1))
+@click.option("--lease-seconds", default=30.0, show_default=True, type=click.FloatRange(1))
+@click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds running tasks get to finish on SIGTERM before release.")
+@click.option("--poll-interval", default=5.0, show_default=True, type=click.FloatRange(0.01))
+@click.option("--burst", is_flag=True, help="Exit when the queues hold nothing due.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def worker(dsn: str | None, embedded: bool, app_spec: str, queues: str | None,
+           concurrency: int, lease_seconds: float, grace: float, poll_interval: float,
+           burst: bool, log_level: str) -> None:
+    """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits)."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    app = open_app(dsn, embedded, app_spec)
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    app.worker(queues=names, concurrency=concurrency, lease_seconds=lease_seconds,
+               grace=grace, poll_interval=poll_interval).run(burst=burst)
+
+
+@cli.command()
+@db_options
+@click.argument("task")
+@click.option("--args", "args_json", help="Positional arguments as a JSON array.")
+@click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
+@click.option("--queue", help="Queue (default: the task's, else 'default').")
+@click.option("--delay", type=click.FloatRange(0), help="Seconds before the run is due.")
+@click.option("--priority", type=int, help="Lower runs first (default 0).")
+@click.option("--max-attempts", type=click.IntRange(1))
+@click.option("--idempotency-key")
+@click.option("--app", "app_spec", help="MODULE:ATTR: check TASK and its arguments against it.")
+@json_option
+def enqueue(dsn: str | None, embedded: bool, task: str, args_json: str | None,
+            kwargs_json: str | None, queue: str | None, delay: float | None,
+            priority: int | None, max_attempts: int | None, idempotency_key: str | None,
+            app_spec: str | None, as_json: bool) -> None:
+    """Enqueue a run of TASK (by its registered name)."""
+    args = parse_json("--args", args_json, list)
+    kwargs = parse_json("--kwargs", kwargs_json, dict)
+    app = open_app(dsn, embedded, app_spec)
+    if app_spec:
+        app.get_task(task)
+    else:
+        with app.connection() as conn:
+            known = {row[0] for row in conn.execute(_sql.query("known_tasks"))}
+        if task not in known:
+            hint = f" (live workers know: {', '.join(sorted(known))})" if known else ""
+            fail(f"unknown task {task!r}: no live worker registers it; pass --app MODULE:ATTR "
+                 f"to check against your code{hint}")
+    opts = {k: v for k, v in {"queue": queue, "delay": delay, "priority": priority,
+                              "max_attempts": max_attempts,
+                              "idempotency_key": idempotency_key}.items() if v is not None}
+    handle = app.enqueue_by_name(task, args, kwargs, **opts)
+    if as_json:
+        echo_json({"id": handle.id, "created": handle.created})
+    else:
+        click.echo(f"run {handle.id} {'enqueued' if handle.created else 'already exists'}")
+
+
+@cli.group()
+def runs() -> None:
+    """Inspect and manage runs."""
+
+
+RUN_COLUMNS = ["id", "task", "queue", "state", "attempt", "max_attempts", "created_at", "error"]
+
+
+@runs.command("list")
+@db_options
+@click.option("--state", type=click.Choice(["scheduled", "queued", "running", "waiting",
+                                            "succeeded", "failed", "canceled"]))
+@click.option("--queue")
+@click.option("--task")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000))
+@json_option
+def runs_list(dsn: str | None, embedded: bool, state: str | None, queue: str | None,
+              task: str | None, limit: int, as_json: bool) -> None:
+    """Newest runs first."""
+    app = open_app(dsn, embedded)
+    found = app.list_runs(state=state, queue=queue, task=task, limit=limit)
+    if as_json:
+        echo_json([r.to_json() for r in found])
+    else:
+        table([r.to_json() | {"created_at": r.created_at} for r in found], RUN_COLUMNS)
+
+
+@runs.command("show")
+@db_options
+@click.argument("run_id", type=int)
+@json_option
+def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> None:
+    """One run with its error history."""
+    app = open_app(dsn, embedded)
+    run = app.get_run(run_id)
+    errors = app.run_errors(run_id)
+    if as_json:
+        echo_json(run.to_json() | {"errors": errors})
+        return
+    for key, value in run.to_json().items():
+        click.echo(f"{key:>17}: {_cell(value) if key not in ('args', 'kwargs', 'result') else json.dumps(value)}")
+    for e in errors:
+        click.echo(f"\nattempt {e['attempt']} [{e['kind']}] {e['created_at']:%Y-%m-%d %H:%M:%S}: "
+                   f"{e['message']}")
+        if e["traceback"]:
+            click.echo(e["traceback"].rstrip())
+
+
+@runs.command("cancel")
+@db_options
+@click.argument("run_id", type=int)
+def runs_cancel(dsn: str | None, embedded: bool, run_id: int) -> None:
+    """Cancel a run that has not finished (a running one is told to stop)."""
+    app = open_app(dsn, embedded)
+    app.get_run(run_id)
+    if app.cancel(run_id):
+        click.echo(f"run {run_id} canceled")
+    else:
+        fail(f"run {run_id} has already finished; nothing to cancel")
+
+
+@runs.command("retry")
+@db_options
+@click.argument("run_id", type=int)
+def runs_retry(dsn: str | None, embedded: bool, run_id: int) -> None:
+    """Queue a finished run again for one more attempt."""
+    app = open_app(dsn, embedded)
+    app.get_run(run_id)
+    if app.retry(run_id):
+        click.echo(f"run {run_id} queued again")
+    else:
+        fail(f"run {run_id} has not finished; only finished runs can be retried")
+
+
+QUEUE_COLUMNS = ["queue", "paused", "queued", "scheduled", "running", "waiting", "succeeded",
+                 "failed", "canceled", "oldest_queued_seconds", "concurrency"]
+
+
+@cli.group(invoke_without_command=True)
+@db_options
+@json_option
+@click.pass_context
+def queues(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool) -> None:
+    """Per-queue counts (or: pause / resume a queue)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    summary = open_app(dsn, embedded).queue_summary()
+    if as_json:
+        echo_json(summary)
+    else:
+        table(summary, QUEUE_COLUMNS)
+
+
+def _pause_command(name: str, paused: bool) -> None:
+    @queues.command(name)
+    @db_options
+    @click.argument("queue")
+    def command(dsn: str | None, embedded: bool, queue: str) -> None:
+        open_app(dsn, embedded).set_paused(queue, paused)
+        click.echo(f"queue {queue} {'paused' if paused else 'resumed'}")
+
+    command.__doc__ = ("Stop workers claiming from QUEUE (running runs finish)." if paused
+                       else "Let workers claim from QUEUE again.")
+
+
+_pause_command("pause", True)
+_pause_command("resume", False)
+
+
+@cli.command()
+@db_options
+@json_option
+def workers(dsn: str | None, embedded: bool, as_json: bool) -> None:
+    """Registered workers and their heartbeats."""
+    rows = open_app(dsn, embedded).list_workers()
+    if as_json:
+        echo_json(rows)
+    else:
+        table(rows, ["id", "host", "pid", "queues", "concurrency", "running", "heartbeat_age"])
+
+
+@cli.command()
+@click.option("--dsn", envvar=db.DSN_ENV, default=None,
+              help="Use this server instead of the embedded one.")
+@click.option("--runs", "count", default=200, show_default=True, type=click.IntRange(1, 100000))
+def demo(dsn: str | None, count: int) -> None:
+    """Show pgqueue working: a batch of tasks through a real worker, then inspection."""
+    from pgqueue import demo as demo_module
+
+    demo_module.run(dsn, count)
+
+
+# -- entry point ------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="pgqueue", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except (UserError, RunNotFound) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except psycopg.OperationalError as exc:
+        click.echo(f"error: database: {db.first_line(exc)}", err=True)
+        sys.exit(2)
+    except PgQueueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+

@@ -1,0 +1,113 @@
+"""`pgqueue demo`: a batch of real runs through a real worker, then inspection."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import statistics
+import threading
+import time
+from typing import Any
+
+import click
+
+from pgqueue import db
+from pgqueue.app import App
+from pgqueue.errors import RetryAfter
+from pgqueue.retry import RetryPolicy
+
+app = App(default_queue="demo")
+
+
+@app.task(name="demo.thumbnail")
+def thumbnail(image_id: int) -> dict[str, Any]:
+    """Pretend to resize an image: a little CPU and a little waiting."""
+    time.sleep(random.uniform(0.002, 0.02))
+    digest = hashlib.sha256(str(image_id).encode()).hexdigest()[:12]
+    return {"image": image_id, "thumb": f"thumbs/{digest}.webp"}
+
+
+@app.task(name="demo.flaky_api", max_attempts=4, retry=RetryPolicy(base=0.2, max_delay=1))
+def flaky_api(call_id: int) -> str:
+    """Fails now and then, to show retries with backoff."""
+    if random.random() < 0.25:
+        raise ConnectionError(f"upstream timeout on call {call_id}")
+    return "ok"
+
+
+@app.task(name="demo.rate_limited")
+async def rate_limited(n: int) -> int:
+    """An async task that asks to be retried later once, without using an attempt."""
+    if n % 10 == 0 and random.random() < 0.5:
+        raise RetryAfter(0.3, "rate limited")
+    return n * n
+
+
+SQL_EXAMPLES = """\
+  -- what is in each queue?
+  SELECT queue, state, count(*) FROM pgqueue.runs GROUP BY 1, 2 ORDER BY 1, 2;
+  -- what failed, and why?
+  SELECT r.id, r.task, e.attempt, e.kind, e.message
+    FROM pgqueue.run_errors e JOIN pgqueue.runs r ON r.id = e.run_id
+   ORDER BY e.id DESC LIMIT 5;
+  -- enqueue from SQL (a trigger can do this too)
+  SELECT pgqueue.enqueue('demo.thumbnail', '[42]');"""
+
+
+def run(dsn: str | None, count: int) -> None:
+    logging.basicConfig(level=logging.ERROR)
+    if dsn:
+        dsn = db.check_dsn(dsn)
+    else:
+        from pgqueue import embedded
+
+        dsn = embedded.ensure_server()
+    app.configure(dsn=dsn)
+    db.connect(dsn).close()
+    app.migrate()
+
+    click.echo(f"enqueueing {count} runs of 3 tasks in one round trip each ...")
+    t0 = time.perf_counter()
+    handles = thumbnail.enqueue_many([(i,) for i in range(count)])
+    handles += flaky_api.enqueue_many([(i,) for i in range(max(1, count // 4))])
+    handles += rate_limited.enqueue_many([(i,) for i in range(max(1, count // 4))])
+    enqueue_ms = (time.perf_counter() - t0) * 1000
+    ids = [h.id for h in handles]
+
+    worker = app.worker(queues=["demo"], concurrency=16, lease_seconds=10,
+                        install_signal_handlers=False)
+    thread = threading.Thread(target=worker.run, name="pgqueue-demo-worker", daemon=True)
+    t0 = time.perf_counter()
+    thread.start()
+    done = 0
+    with click.progressbar(length=len(ids), label="running", show_pos=True) as bar:
+        while done < len(ids):
+            with app.connection() as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pgqueue.runs WHERE id = ANY(%s) "
+                    "AND state IN ('succeeded', 'failed', 'canceled')", (ids,)).fetchone()
+            finished = int(row[0]) if row else 0
+            bar.update(finished - done)
+            done = finished
+            time.sleep(0.1)
+    elapsed = time.perf_counter() - t0
+    worker.stop()
+    thread.join(10)
+
+    with app.connection() as conn:
+        states = dict(conn.execute(
+            "SELECT state, count(*) FROM pgqueue.runs WHERE id = ANY(%s) GROUP BY 1",
+            (ids,)).fetchall())
+        retried = conn.execute(
+            "SELECT count(*) FROM pgqueue.run_errors WHERE run_id = ANY(%s)", (ids,)).fetchone()
+    pickups = sorted(worker.pickup_seconds) or [0.0]
+    click.echo("")
+    click.echo(f"enqueued {len(ids)} runs in {enqueue_ms:.0f} ms; "
+               f"ran them in {elapsed:.2f}s ({len(ids) / elapsed:.0f} runs/s, concurrency 16)")
+    click.echo("states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    click.echo(f"failed attempts retried with backoff: {retried[0] if retried else 0}; "
+               f"RetryAfter reschedules (no attempt used): "
+               f"{worker.stats['scheduled'] + worker.stats['queued'] - (retried[0] if retried else 0)}")
+    click.echo(f"pickup latency p50 {statistics.median(pickups) * 1000:.1f} ms")
+    click.echo(f"\nall of it is plain SQL; try these in psql {db.redact(dsn)!r}:\n{SQL_EXAMPLES}")

@@ -1,0 +1,90 @@
+"""Helpers for tests that run real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.02,
+               message: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy, or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def scalar(dsn: str, query: str, params: Any = None) -> Any:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute(query, params).fetchone()
+        return row[0] if row else None
+
+
+class WorkerProcess:
+    """`pgqueue worker` in a subprocess, as a user would run it."""
+
+    def __init__(self, dsn: str, app: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.dsn = dsn
+        cmd = [sys.executable, "-m", "pgqueue", "worker", "--dsn", dsn, "--app", app, *args]
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 20.0) -> WorkerProcess:
+        def registered() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.output()}")
+            return bool(scalar(self.dsn, "SELECT count(*) FROM pgqueue.workers WHERE pid = %s",
+                               (self.pid,)))
+
+        wait_until(registered, timeout, message=f"worker {self.pid} to register")
+        return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        if self.proc.poll() is None:
+            return "(still running)"
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
