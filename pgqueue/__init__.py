@@ -2,10 +2,11 @@
 
 __version__ = "0.1.0"
 
-from pgqueue.app import App, QueueConfig  # noqa: E402
-from pgqueue.context import Context  # noqa: E402
-from pgqueue.errors import (  # noqa: E402
+from pgqueue.app import App, QueueConfig
+from pgqueue.context import Context
+from pgqueue.errors import (
     ConfigError,
+    InvalidArguments,
     LeaseLost,
     NonRetryable,
     NotMigrated,
@@ -18,14 +19,15 @@ from pgqueue.errors import (  # noqa: E402
     UnknownTask,
     UserError,
 )
-from pgqueue.retry import RetryPolicy  # noqa: E402
-from pgqueue.runs import Run, RunHandle  # noqa: E402
-from pgqueue.tasks import Task, ValidationError  # noqa: E402
+from pgqueue.retry import RetryPolicy
+from pgqueue.runs import Run, RunHandle
+from pgqueue.tasks import Task, ValidationError
 
 __all__ = [
     "App",
     "ConfigError",
     "Context",
+    "InvalidArguments",
     "LeaseLost",
     "NonRetryable",
     "NotMigrated",

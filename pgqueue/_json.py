@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pgqueue.errors import PayloadTooLarge
+from pgqueue.errors import InvalidArguments, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
@@ -15,7 +15,7 @@ def dumps(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> s
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise TypeError(
+        raise InvalidArguments(
             f"{what} must be JSON: {exc}. Pass plain dicts, lists, str, int, float, bool or None "
             "(e.g. an id instead of an object, an ISO string instead of a datetime)"
         ) from None

@@ -10,8 +10,8 @@ from typing import LiteralString, cast
 @cache
 def query(name: str) -> LiteralString:
     """The text of sql/<name>.sql. The files ship inside the wheel as pgqueue._sql."""
-    text = resources.files("pgqueue.sql").joinpath(f"{name}.sql").read_text()
-    return cast(LiteralString, text)
+    text: str = resources.files("pgqueue.sql").joinpath(f"{name}.sql").read_text()
+    return cast(LiteralString, text)  # type: ignore[redundant-cast]
 
 
 def names() -> list[str]:

@@ -105,7 +105,10 @@ class App:
         self, name: str, *, concurrency: int | None = None, group_concurrency: int | None = None
     ) -> QueueConfig:
         """Declare a queue and its limits (stored in pgqueue.queues when a worker starts)."""
-        for label, value in (("concurrency", concurrency), ("group_concurrency", group_concurrency)):
+        for label, value in (
+            ("concurrency", concurrency),
+            ("group_concurrency", group_concurrency),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"queue {name!r}: {label} must be >= 1 (or None for no limit)")
         config = QueueConfig(check_name("queue", name), concurrency, group_concurrency)
@@ -199,8 +202,9 @@ class App:
         if task in self.tasks:
             return self.tasks[task].options(**options).enqueue(*args, **(kwargs or {}))
         opts = EnqueueOptions(**options)
-        row = build_row(self, check_name("task", task), args, kwargs or {}, opts,
-                        queue=self.default_queue)
+        row = build_row(
+            self, check_name("task", task), args, kwargs or {}, opts, queue=self.default_queue
+        )
         return self.insert_runs([row], conn=opts.conn)[0]
 
     # -- database access ----------------------------------------------------------------
@@ -260,12 +264,18 @@ class App:
         """Insert prepared rows with one statement; the engine behind every enqueue."""
         if not rows:
             return []
-        params: dict[str, Any] = {f.name: [getattr(r, f.name) for r in rows] for f in fields(RunRow)}
+        params: dict[str, Any] = {
+            f.name: [getattr(r, f.name) for r in rows] for f in fields(RunRow)
+        }
         params["notify"] = self.notify
         with self.connection(conn) as c:
             found = c.execute(_sql.query("enqueue"), params).fetchall()
             by_key = {key: run_id for run_id, key, _ in found if key is not None}
-            missing = [r.idempotency_key for r in rows if r.idempotency_key and r.idempotency_key not in by_key]
+            missing = [
+                r.idempotency_key
+                for r in rows
+                if r.idempotency_key and r.idempotency_key not in by_key
+            ]
             if missing:
                 existing = c.execute(_sql.query("runs_by_idempotency_key"), {"keys": missing})
                 by_key.update({key: run_id for run_id, key in existing.fetchall()})

@@ -30,10 +30,14 @@ def fail(message: str) -> None:
 
 def db_options(fn: F) -> F:
     """--dsn and --embedded, on every command."""
-    fn = click.option("--embedded", is_flag=True,
-                      help="Use the shared local embedded PostgreSQL (started if needed).")(fn)
-    fn = click.option("--dsn", envvar=db.DSN_ENV, default=None,
-                      help="PostgreSQL DSN (default: $PGQUEUE_DSN).")(fn)
+    fn = click.option(
+        "--embedded",
+        is_flag=True,
+        help="Use the shared local embedded PostgreSQL (started if needed).",
+    )(fn)
+    fn = click.option(
+        "--dsn", envvar=db.DSN_ENV, default=None, help="PostgreSQL DSN (default: $PGQUEUE_DSN)."
+    )(fn)
     return fn
 
 
@@ -62,8 +66,7 @@ def load_app(spec: str) -> App:
         fail(f"cannot import {module_name!r} (from --app {spec}): {exc}")
     app = getattr(module, attr, None)
     if not isinstance(app, App):
-        fail(f"{spec}: {attr!r} in {module_name} is not a pgqueue.App "
-             f"(found {type(app).__name__})")
+        fail(f"{spec}: {attr!r} in {module_name} is not a pgqueue.App (found {type(app).__name__})")
     assert isinstance(app, App)
     return app
 
@@ -119,7 +122,11 @@ def parse_json(option: str, text: str | None, kind: type) -> Any:
     except json.JSONDecodeError as exc:
         fail(f"{option} is not valid JSON ({exc.msg} at position {exc.pos}): {text!r}")
     if not isinstance(value, kind):
-        want = "a JSON array, e.g. '[1, \"a\"]'" if kind is list else "a JSON object, e.g. '{\"to\": \"a@b.c\"}'"
+        want = (
+            "a JSON array, e.g. '[1, \"a\"]'"
+            if kind is list
+            else 'a JSON object, e.g. \'{"to": "a@b.c"}\''
+        )
         fail(f"{option} must be {want}")
     return value
 
@@ -153,23 +160,47 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
 @click.option("--queues", help="Comma-separated queues (default: those the app uses).")
 @click.option("--concurrency", default=10, show_default=True, type=click.IntRange(1))
 @click.option("--lease-seconds", default=30.0, show_default=True, type=click.FloatRange(1))
-@click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0),
-              help="Seconds running tasks get to finish on SIGTERM before release.")
+@click.option(
+    "--grace",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds running tasks get to finish on SIGTERM before release.",
+)
 @click.option("--poll-interval", default=5.0, show_default=True, type=click.FloatRange(0.01))
 @click.option("--burst", is_flag=True, help="Exit when the queues hold nothing due.")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-def worker(dsn: str | None, embedded: bool, app_spec: str, queues: str | None,
-           concurrency: int, lease_seconds: float, grace: float, poll_interval: float,
-           burst: bool, log_level: str) -> None:
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def worker(
+    dsn: str | None,
+    embedded: bool,
+    app_spec: str,
+    queues: str | None,
+    concurrency: int,
+    lease_seconds: float,
+    grace: float,
+    poll_interval: float,
+    burst: bool,
+    log_level: str,
+) -> None:
     """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits)."""
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     app = open_app(dsn, embedded, app_spec)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
-    app.worker(queues=names, concurrency=concurrency, lease_seconds=lease_seconds,
-               grace=grace, poll_interval=poll_interval).run(burst=burst)
+    app.worker(
+        queues=names,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+        grace=grace,
+        poll_interval=poll_interval,
+    ).run(burst=burst)
 
 
 @cli.command()
@@ -184,10 +215,20 @@ def worker(dsn: str | None, embedded: bool, app_spec: str, queues: str | None,
 @click.option("--idempotency-key")
 @click.option("--app", "app_spec", help="MODULE:ATTR: check TASK and its arguments against it.")
 @json_option
-def enqueue(dsn: str | None, embedded: bool, task: str, args_json: str | None,
-            kwargs_json: str | None, queue: str | None, delay: float | None,
-            priority: int | None, max_attempts: int | None, idempotency_key: str | None,
-            app_spec: str | None, as_json: bool) -> None:
+def enqueue(
+    dsn: str | None,
+    embedded: bool,
+    task: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    queue: str | None,
+    delay: float | None,
+    priority: int | None,
+    max_attempts: int | None,
+    idempotency_key: str | None,
+    app_spec: str | None,
+    as_json: bool,
+) -> None:
     """Enqueue a run of TASK (by its registered name)."""
     args = parse_json("--args", args_json, list)
     kwargs = parse_json("--kwargs", kwargs_json, dict)
@@ -199,11 +240,21 @@ def enqueue(dsn: str | None, embedded: bool, task: str, args_json: str | None,
             known = {row[0] for row in conn.execute(_sql.query("known_tasks"))}
         if task not in known:
             hint = f" (live workers know: {', '.join(sorted(known))})" if known else ""
-            fail(f"unknown task {task!r}: no live worker registers it; pass --app MODULE:ATTR "
-                 f"to check against your code{hint}")
-    opts = {k: v for k, v in {"queue": queue, "delay": delay, "priority": priority,
-                              "max_attempts": max_attempts,
-                              "idempotency_key": idempotency_key}.items() if v is not None}
+            fail(
+                f"unknown task {task!r}: no live worker registers it; pass --app MODULE:ATTR "
+                f"to check against your code{hint}"
+            )
+    opts = {
+        k: v
+        for k, v in {
+            "queue": queue,
+            "delay": delay,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "idempotency_key": idempotency_key,
+        }.items()
+        if v is not None
+    }
     handle = app.enqueue_by_name(task, args, kwargs, **opts)
     if as_json:
         echo_json({"id": handle.id, "created": handle.created})
@@ -221,14 +272,25 @@ RUN_COLUMNS = ["id", "task", "queue", "state", "attempt", "max_attempts", "creat
 
 @runs.command("list")
 @db_options
-@click.option("--state", type=click.Choice(["scheduled", "queued", "running", "waiting",
-                                            "succeeded", "failed", "canceled"]))
+@click.option(
+    "--state",
+    type=click.Choice(
+        ["scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled"]
+    ),
+)
 @click.option("--queue")
 @click.option("--task")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000))
 @json_option
-def runs_list(dsn: str | None, embedded: bool, state: str | None, queue: str | None,
-              task: str | None, limit: int, as_json: bool) -> None:
+def runs_list(
+    dsn: str | None,
+    embedded: bool,
+    state: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """Newest runs first."""
     app = open_app(dsn, embedded)
     found = app.list_runs(state=state, queue=queue, task=task, limit=limit)
@@ -251,10 +313,13 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         echo_json(run.to_json() | {"errors": errors})
         return
     for key, value in run.to_json().items():
-        click.echo(f"{key:>17}: {_cell(value) if key not in ('args', 'kwargs', 'result') else json.dumps(value)}")
+        shown = json.dumps(value) if key in ("args", "kwargs", "result") else _cell(value)
+        click.echo(f"{key:>17}: {shown}")
     for e in errors:
-        click.echo(f"\nattempt {e['attempt']} [{e['kind']}] {e['created_at']:%Y-%m-%d %H:%M:%S}: "
-                   f"{e['message']}")
+        click.echo(
+            f"\nattempt {e['attempt']} [{e['kind']}] {e['created_at']:%Y-%m-%d %H:%M:%S}: "
+            f"{e['message']}"
+        )
         if e["traceback"]:
             click.echo(e["traceback"].rstrip())
 
@@ -285,8 +350,19 @@ def runs_retry(dsn: str | None, embedded: bool, run_id: int) -> None:
         fail(f"run {run_id} has not finished; only finished runs can be retried")
 
 
-QUEUE_COLUMNS = ["queue", "paused", "queued", "scheduled", "running", "waiting", "succeeded",
-                 "failed", "canceled", "oldest_queued_seconds", "concurrency"]
+QUEUE_COLUMNS = [
+    "queue",
+    "paused",
+    "queued",
+    "scheduled",
+    "running",
+    "waiting",
+    "succeeded",
+    "failed",
+    "canceled",
+    "oldest_queued_seconds",
+    "concurrency",
+]
 
 
 @cli.group(invoke_without_command=True)
@@ -312,8 +388,11 @@ def _pause_command(name: str, paused: bool) -> None:
         open_app(dsn, embedded).set_paused(queue, paused)
         click.echo(f"queue {queue} {'paused' if paused else 'resumed'}")
 
-    command.__doc__ = ("Stop workers claiming from QUEUE (running runs finish)." if paused
-                       else "Let workers claim from QUEUE again.")
+    command.__doc__ = (
+        "Stop workers claiming from QUEUE (running runs finish)."
+        if paused
+        else "Let workers claim from QUEUE again."
+    )
 
 
 _pause_command("pause", True)
@@ -333,8 +412,9 @@ def workers(dsn: str | None, embedded: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--dsn", envvar=db.DSN_ENV, default=None,
-              help="Use this server instead of the embedded one.")
+@click.option(
+    "--dsn", envvar=db.DSN_ENV, default=None, help="Use this server instead of the embedded one."
+)
 @click.option("--runs", "count", default=200, show_default=True, type=click.IntRange(1, 100000))
 def demo(dsn: str | None, count: int) -> None:
     """Show pgqueue working: a batch of tasks through a real worker, then inspection."""
@@ -368,4 +448,3 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
-

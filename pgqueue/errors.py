@@ -28,6 +28,10 @@ class UnknownTask(UserError, LookupError):
     """A task name that no App registered."""
 
 
+class InvalidArguments(UserError, TypeError):
+    """Arguments that are not JSON, or do not fit the task's signature."""
+
+
 class PayloadTooLarge(UserError, ValueError):
     """Arguments or a result over the App's max_payload_bytes."""
 
@@ -52,7 +56,7 @@ class RunCanceled(PgQueueError):
         super().__init__(f"run {run.id} ({run.task}) was canceled")
 
 
-class RetryAfter(Exception):  # noqa: N818 - the name is the public contract
+class RetryAfter(Exception):
     """Raise from a task to run it again after `seconds` without using an attempt."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
@@ -62,7 +66,7 @@ class RetryAfter(Exception):  # noqa: N818 - the name is the public contract
         super().__init__(reason or f"retry after {seconds:g}s")
 
 
-class NonRetryable(Exception):  # noqa: N818 - the name is the public contract
+class NonRetryable(Exception):
     """Raise from a task to fail the run now, whatever attempts remain."""
 
     def __init__(self, *args: Any) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 import psycopg
 
 from pgqueue import _json
-from pgqueue.errors import UserError
+from pgqueue.errors import InvalidArguments, UserError
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.runs import RunHandle
 
@@ -134,9 +134,7 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
-    def enqueue_many(
-        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[RunHandle]:
+    def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         return BoundTask(self, EnqueueOptions()).enqueue_many(items)
 
     # -- used by enqueue and by the worker ------------------------------------------
@@ -146,12 +144,12 @@ class Task(Generic[P, R]):
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"task {self.name!r}: {exc}") from None
+            raise InvalidArguments(f"task {self.name!r}: {exc}") from None
         if self.validator is None:
             return
         try:
             if _is_pydantic_model(self.validator):
-                self.validator.model_validate(dict(bound.arguments))
+                self.validator.model_validate(dict(bound.arguments))  # type: ignore[attr-defined]
             else:
                 self.validator(*args, **kwargs)
         except (ValueError, TypeError, AssertionError) as exc:
@@ -168,8 +166,16 @@ class Task(Generic[P, R]):
         self.validate(args, kwargs)
         group = opts.group if opts.group is not None else self.group_for(args, kwargs)
         return build_row(
-            self.app, self.name, args, kwargs, opts, queue=self.queue, priority=self.priority,
-            max_attempts=self.max_attempts, timeout=self.timeout, group=group,
+            self.app,
+            self.name,
+            args,
+            kwargs,
+            opts,
+            queue=self.queue,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            timeout=self.timeout,
+            group=group,
         )
 
     def run_ctx_args(self, ctx: Context, args: list[Any]) -> list[Any]:
@@ -190,9 +196,7 @@ class BoundTask(Generic[P, R]):
         row = self.task.make_row(args, kwargs, self.opts)
         return self.task.app.insert_runs([row], conn=self.opts.conn)[0]
 
-    def enqueue_many(
-        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[RunHandle]:
+    def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         """Enqueue many runs in one statement. Each item is an args tuple/list or a kwargs
         dict. An idempotency key, if set in options, would collide: use enqueue() per key."""
         if self.opts.idempotency_key is not None:

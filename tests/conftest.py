@@ -54,14 +54,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_embedded_dir, ignore_errors=True)
 
 
-def load_schema(host: str, port: int, user: str, dbname: str, password: str | None,
-                **_: Any) -> None:
+def load_schema(
+    host: str, port: int, user: str, dbname: str, password: str | None, **_: Any
+) -> None:
     migrate.upgrade(make_dsn(host, port, user, dbname, password))
 
 
 def make_dsn(host: str, port: Any, user: str, dbname: str, password: str | None) -> str:
-    return make_conninfo(host=host, port=str(port), user=user, dbname=dbname,
-                         password=password or None)
+    return make_conninfo(
+        host=host, port=str(port), user=user, dbname=dbname, password=password or None
+    )
 
 
 postgresql_noproc = factories.postgresql_noproc(dbname="pgqueue_test", load=[load_schema])
@@ -91,5 +93,9 @@ def app(dsn: str) -> Iterator[pgqueue.App]:
 @pytest.fixture
 def server_params(postgresql_noproc: Any) -> dict[str, Any]:
     """Host/port/user of the test server (to create extra databases)."""
-    return {"host": postgresql_noproc.host, "port": postgresql_noproc.port,
-            "user": postgresql_noproc.user, "password": postgresql_noproc.password}
+    return {
+        "host": postgresql_noproc.host,
+        "port": postgresql_noproc.port,
+        "user": postgresql_noproc.user,
+        "password": postgresql_noproc.password,
+    }

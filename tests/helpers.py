@@ -17,8 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.02,
-               message: str = "condition") -> T:
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 20.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> T:
     """Poll `predicate` until it returns something truthy, or fail after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -43,8 +47,9 @@ class WorkerProcess:
         self.dsn = dsn
         cmd = [sys.executable, "-m", "pgqueue", "worker", "--dsn", dsn, "--app", app, *args]
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     @property
     def pid(self) -> int:
@@ -54,8 +59,9 @@ class WorkerProcess:
         def registered() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"worker exited early:\n{self.output()}")
-            return bool(scalar(self.dsn, "SELECT count(*) FROM pgqueue.workers WHERE pid = %s",
-                               (self.pid,)))
+            return bool(
+                scalar(self.dsn, "SELECT count(*) FROM pgqueue.workers WHERE pid = %s", (self.pid,))
+            )
 
         wait_until(registered, timeout, message=f"worker {self.pid} to register")
         return self
@@ -88,3 +94,28 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class InProcessWorker:
+    """A worker on a thread of the test process (for behaviour that needs no crash)."""
+
+    def __init__(self, app: Any, **options: Any) -> None:
+        import threading
+
+        options.setdefault("install_signal_handlers", False)
+        self.worker = app.worker(**options)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> Any:
+        self.thread.start()
+        wait_until(
+            lambda: self.worker.started.is_set() or not self.thread.is_alive(),
+            message="in-process worker to start",
+        )
+        assert self.thread.is_alive(), "worker thread died at start"
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "worker did not stop"

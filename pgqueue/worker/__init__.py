@@ -137,21 +137,36 @@ class Worker:
             migrate.check(conn)
             self._register(conn)
         self._pool = AsyncConnectionPool(
-            dsn, min_size=2, max_size=4, kwargs={"autocommit": True}, timeout=5,
-            open=False, name=f"pgqueue-worker-{self.id.hex[:8]}",
+            dsn,
+            min_size=2,
+            max_size=4,
+            kwargs={"autocommit": True},
+            timeout=5,
+            open=False,
+            name=f"pgqueue-worker-{self.id.hex[:8]}",
         )
         await self._pool.open(wait=False)
         self._install_signals()
         self.completer = Completer(self)
         self.stager = Stager(self)
         self.listener = Listener(self)
-        duties = [self.completer.run(), LeaseKeeper(self).run(), Rescuer(self).run(),
-                  WorkerPruner(self).run(), self.stager.run()]
+        duties = [
+            self.completer.run(),
+            LeaseKeeper(self).run(),
+            Rescuer(self).run(),
+            WorkerPruner(self).run(),
+            self.stager.run(),
+        ]
         if self.app.notify:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
-        log.info("worker %s started: queues=%s concurrency=%d lease=%.0fs",
-                 self.id, ",".join(self.queues), self.concurrency, self.lease_seconds)
+        log.info(
+            "worker %s started: queues=%s concurrency=%d lease=%.0fs",
+            self.id,
+            ",".join(self.queues),
+            self.concurrency,
+            self.lease_seconds,
+        )
         try:
             if self.app.notify and not burst:
                 # Do not report ready before LISTEN is in place: a run enqueued right
@@ -172,21 +187,35 @@ class Worker:
 
     def _register(self, conn: Any) -> None:
         for q in self.app.queues.values():
-            conn.execute(_sql.query("configure_queue"), {
-                "queue": q.name, "concurrency": q.concurrency,
-                "group_concurrency": q.group_concurrency})
-        conn.execute(_sql.query("register_worker"), {
-            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-            "queues": self.queues, "tasks": sorted(self.app.tasks),
-            "concurrency": self.concurrency, "version": __version__})
+            conn.execute(
+                _sql.query("configure_queue"),
+                {
+                    "queue": q.name,
+                    "concurrency": q.concurrency,
+                    "group_concurrency": q.group_concurrency,
+                },
+            )
+        conn.execute(
+            _sql.query("register_worker"),
+            {
+                "id": self.id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": self.queues,
+                "tasks": sorted(self.app.tasks),
+                "concurrency": self.concurrency,
+                "version": __version__,
+            },
+        )
 
     async def _deregister(self) -> None:
         try:
             async with self.pool.connection(timeout=2) as conn:
                 await conn.execute(_sql.query("deregister_worker"), {"id": self.id})
         except DB_ERRORS:
-            log.warning("could not remove worker %s from pgqueue.workers; it will be pruned",
-                        self.id)
+            log.warning(
+                "could not remove worker %s from pgqueue.workers; it will be pruned", self.id
+            )
 
     async def _claim_loop(self, burst: bool) -> None:
         assert self._wake is not None and self._stop is not None
@@ -210,8 +239,9 @@ class Worker:
             except DB_ERRORS as exc:
                 failures += 1
                 delay = min(5.0, 0.1 * 2**failures)
-                log.warning("claim: database unavailable (%s); retrying in %.1fs",
-                            db.first_line(exc), delay)
+                log.warning(
+                    "claim: database unavailable (%s); retrying in %.1fs", db.first_line(exc), delay
+                )
                 await self._sleep(delay)
                 continue
             if burst and not claimed and not self.held:
@@ -231,14 +261,19 @@ class Worker:
         waits = [asyncio.ensure_future(self._stop.wait())]
         if wake:
             waits.append(asyncio.ensure_future(self._wake.wait()))
-        _, pending = await asyncio.wait(waits, timeout=seconds,
-                                        return_when=asyncio.FIRST_COMPLETED)
+        _, _pending = await asyncio.wait(
+            waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
         for p in waits:
             p.cancel()
 
     async def _claim(self, queue: str, limit: int) -> int:
-        params = {"queue": queue, "limit": limit, "worker_id": self.id,
-                  "lease_seconds": self.lease_seconds}
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "worker_id": self.id,
+            "lease_seconds": self.lease_seconds,
+        }
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_sql.query("claim"), params)
             rows = await cur.fetchall()
@@ -253,15 +288,20 @@ class Worker:
 
     async def _execute(self, held: Held) -> None:
         try:
-            log.debug("run %s (%s) attempt %s started", held.id, held.row["task"],
-                      held.row["attempt"])
+            log.debug(
+                "run %s (%s) attempt %s started", held.id, held.row["task"], held.row["attempt"]
+            )
             outcome = await _executor.attempt(self, held)
             if outcome is not None and not held.lost:
                 held.submitted = True
                 written = await self.completer.submit(outcome)
                 self.stats[outcome.state if written else "fenced"] += 1
-                log.debug("run %s -> %s%s", held.id, outcome.state,
-                          "" if written else " (rejected: lease lost)")
+                log.debug(
+                    "run %s -> %s%s",
+                    held.id,
+                    outcome.state,
+                    "" if written else " (rejected: lease lost)",
+                )
                 if written and outcome.state in TERMINAL_STATES:
                     await _executor.run_hook(self, held, outcome)
             inv = held.invocation
@@ -300,14 +340,20 @@ class Worker:
     # -- signals ----------------------------------------------------------------------
 
     def _install_signals(self) -> None:
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return
         assert self._loop is not None
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _remove_signals(self) -> None:
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return
         assert self._loop is not None
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -316,11 +362,15 @@ class Worker:
     def _on_signal(self, sig: signal.Signals) -> None:
         self._signals += 1
         if self._signals > 1:
-            log.warning("second %s: exiting now; held runs are rescued when their leases "
-                        "expire", sig.name)
+            log.warning(
+                "second %s: exiting now; held runs are rescued when their leases expire", sig.name
+            )
             os._exit(1)
-        log.info("%s: finishing running tasks (grace %.0fs); send it again to exit now",
-                 sig.name, self.grace)
+        log.info(
+            "%s: finishing running tasks (grace %.0fs); send it again to exit now",
+            sig.name,
+            self.grace,
+        )
         assert self._stop is not None
         self._stop.set()
 

@@ -69,8 +69,11 @@ class Completer:
                 # are rescued: at-least-once).
                 failures += 1
                 delay = min(5.0, 0.1 * 2**failures)
-                log.warning("completer: database unavailable (%s); retrying in %.1fs",
-                            str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
+                log.warning(
+                    "completer: database unavailable (%s); retrying in %.1fs",
+                    str(exc).strip().splitlines()[0] if str(exc) else exc,
+                    delay,
+                )
                 await asyncio.sleep(delay)
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:

@@ -55,10 +55,18 @@ def failure(
         tb = "".join(traceback.format_exception(exc))
     attempt, max_attempts = held.row["attempt"], held.row["max_attempts"]
     if retry is not None and attempt < max_attempts:
-        return Outcome(held.id, held.lease_token, "scheduled", error=message, error_kind=kind,
-                       traceback=tb, delay=retry.delay(attempt))
-    return Outcome(held.id, held.lease_token, "failed", error=message, error_kind=kind,
-                   traceback=tb)
+        return Outcome(
+            held.id,
+            held.lease_token,
+            "scheduled",
+            error=message,
+            error_kind=kind,
+            traceback=tb,
+            delay=retry.delay(attempt),
+        )
+    return Outcome(
+        held.id, held.lease_token, "failed", error=message, error_kind=kind, traceback=tb
+    )
 
 
 async def attempt(worker: Worker, held: Held) -> Outcome | None:
@@ -67,7 +75,8 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
     task = worker.app.tasks.get(row["task"])
     if task is None:
         return failure(
-            held, "unknown_task",
+            held,
+            "unknown_task",
             f"unknown task {row['task']!r}: no task of that name is registered in the app "
             f"this worker runs ({worker.app_label}); deploy it or cancel the run",
             retry=DEFAULT_RETRY,
@@ -100,8 +109,9 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
     if held.lost or held.released:
         return None
     try:
-        text = _json.dumps(result, what=f"the result of task {task.name!r}",
-                           limit=worker.app.max_payload_bytes)
+        text = _json.dumps(
+            result, what=f"the result of task {task.name!r}", limit=worker.app.max_payload_bytes
+        )
     except (TypeError, ValueError) as exc:
         return failure(held, "bad_result", exc, retry=None, with_traceback=False)
     return Outcome(held.id, held.lease_token, "succeeded", result=text)
@@ -145,6 +155,9 @@ async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
         else:
             await worker.threads.submit(functools.partial(hook, held.ctx, value))
     except Exception:
-        log.exception("run %s: %s hook of task %s raised (the run's outcome stands)",
-                      held.id, "on_success" if outcome.state == "succeeded" else "on_failure",
-                      task.name)
+        log.exception(
+            "run %s: %s hook of task %s raised (the run's outcome stands)",
+            held.id,
+            "on_success" if outcome.state == "succeeded" else "on_failure",
+            task.name,
+        )

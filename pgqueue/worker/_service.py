@@ -42,8 +42,12 @@ class Service:
             except DB_ERRORS as exc:
                 failures += 1
                 delay = min(5.0, 0.2 * 2**failures)
-                log.warning("%s: database unavailable (%s); retrying in %.1fs",
-                            self.name, str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
+                log.warning(
+                    "%s: database unavailable (%s); retrying in %.1fs",
+                    self.name,
+                    str(exc).strip().splitlines()[0] if str(exc) else exc,
+                    delay,
+                )
             except Exception:
                 failures += 1
                 delay = min(5.0, 0.2 * 2**failures)

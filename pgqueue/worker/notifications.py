@@ -52,6 +52,9 @@ class Listener:
                 self.connected.clear()
                 failures += 1
                 delay = min(5.0, 0.1 * 2**failures)
-                log.warning("listener: connection lost (%s); reconnecting in %.1fs",
-                            str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
+                log.warning(
+                    "listener: connection lost (%s); reconnecting in %.1fs",
+                    str(exc).strip().splitlines()[0] if str(exc) else exc,
+                    delay,
+                )
                 await asyncio.sleep(delay)

@@ -22,8 +22,9 @@ CREATE TABLE IF NOT EXISTS effects (
 def record(tag: str, run_id: int | None = None) -> None:
     dsn = app.dsn
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO effects (run_id, tag, pid) VALUES (%s, %s, %s)",
-                     (run_id, tag, os.getpid()))
+        conn.execute(
+            "INSERT INTO effects (run_id, tag, pid) VALUES (%s, %s, %s)", (run_id, tag, os.getpid())
+        )
 
 
 @app.task(name="noop")

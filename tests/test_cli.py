@@ -1,0 +1,180 @@
+"""The CLI: commands work, user errors are one line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import pgqueue
+from pgqueue.cli import main
+from tests.helpers import ROOT
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    code = exc.value.code if isinstance(exc.value.code, int) else 1
+    return code, out, err
+
+
+def assert_user_error(result: tuple[int, str, str], *fragments: str) -> None:
+    code, _, err = result
+    assert code == 2, result
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_enqueue_list_show_cancel_retry(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    code, out, _ = cli(
+        capsys,
+        "enqueue",
+        "noop",
+        "--dsn",
+        dsn,
+        "--app",
+        "tests.apps.basic:app",
+        "--args",
+        "[5]",
+        "--json",
+    )
+    assert code == 0
+    run_id = json.loads(out)["id"]
+    code, out, _ = cli(capsys, "runs", "list", "--dsn", dsn, "--json")
+    assert [r["id"] for r in json.loads(out)] == [run_id]
+    code, out, _ = cli(capsys, "runs", "show", str(run_id), "--dsn", dsn)
+    assert code == 0 and "queued" in out
+    assert cli(capsys, "runs", "cancel", str(run_id), "--dsn", dsn)[0] == 0
+    assert_user_error(cli(capsys, "runs", "cancel", str(run_id), "--dsn", dsn), "finished")
+    assert cli(capsys, "runs", "retry", str(run_id), "--dsn", dsn)[0] == 0
+    assert app.get_run(run_id).state == "queued"
+    code, out, _ = cli(capsys, "queues", "--dsn", dsn, "--json")
+    assert json.loads(out)[0]["queued"] == 1
+    assert cli(capsys, "queues", "pause", "default", "--dsn", dsn)[0] == 0
+    code, out, _ = cli(capsys, "queues", "--dsn", dsn)
+    assert code == 0 and "True" in out
+    code, out, _ = cli(capsys, "workers", "--dsn", dsn, "--json")
+    assert code == 0 and json.loads(out) == []
+
+
+def test_burst_worker_from_the_cli(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    h = app.enqueue_by_name("noop", [3])
+    code, _, _ = cli(capsys, "worker", "--dsn", dsn, "--app", "tests.apps.basic:app", "--burst")
+    assert code == 0
+    assert app.get_run(h.id).result == 3
+
+
+def test_user_errors(capsys: Any, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGQUEUE_DSN", raising=False)
+    assert_user_error(cli(capsys, "runs", "list"), "no database configured")
+    assert_user_error(cli(capsys, "runs", "list", "--dsn", "not a dsn"), "invalid DSN")
+    assert_user_error(
+        cli(capsys, "runs", "list", "--dsn", "postgresql://x@127.0.0.1:1/x?connect_timeout=2"),
+        "cannot connect",
+    )
+    assert_user_error(cli(capsys, "runs", "show", "424242", "--dsn", dsn), "no run with id")
+    assert_user_error(
+        cli(capsys, "enqueue", "noop", "--dsn", dsn, "--args", "{oops"), "--args is not valid JSON"
+    )
+    assert_user_error(cli(capsys, "enqueue", "noop", "--dsn", dsn, "--args", "{}"), "JSON array")
+    assert_user_error(
+        cli(capsys, "enqueue", "nope", "--dsn", dsn, "--app", "tests.apps.basic:app"),
+        "unknown task 'nope'",
+    )
+    assert_user_error(cli(capsys, "enqueue", "nope", "--dsn", dsn), "unknown task 'nope'")
+    assert_user_error(
+        cli(
+            capsys,
+            "enqueue",
+            "noop",
+            "--dsn",
+            dsn,
+            "--app",
+            "tests.apps.basic:app",
+            "--args",
+            "[1, 2, 3]",
+        ),
+        "noop",
+    )
+    assert_user_error(
+        cli(capsys, "worker", "--dsn", dsn, "--app", "no.such.module:app"), "cannot import"
+    )
+    assert_user_error(
+        cli(capsys, "worker", "--dsn", dsn, "--app", "tests.apps.basic:nope"), "not a pgqueue.App"
+    )
+    assert_user_error(cli(capsys, "worker", "--dsn", dsn, "--app", "nocolon"), "MODULE:ATTR")
+    assert_user_error(cli(capsys, "runs", "list", "--dsn", dsn, "--bogus"), "--bogus")
+    assert_user_error(cli(capsys, "runs", "list", "--dsn", dsn, "--state", "happy"), "happy")
+
+
+def test_migrate_sql_prints_ddl(capsys: Any) -> None:
+    code, out, _ = cli(capsys, "migrate", "--sql")
+    assert code == 0
+    assert "CREATE SCHEMA IF NOT EXISTS pgqueue" in out
+    assert "CREATE TABLE pgqueue.runs" in out
+    assert "pgqueue.alembic_version" in out
+
+
+def test_migrate_is_idempotent(capsys: Any, dsn: str) -> None:
+    for _ in range(2):
+        code, out, _ = cli(capsys, "migrate", "--dsn", dsn)
+        assert code == 0 and "revision" in out
+
+
+@pytest.mark.slow
+def test_installed_wheel_carries_migrations_and_sql(tmp_path: Any, dsn: str) -> None:
+    """`pip install .` (a real wheel), then `pgqueue migrate` from another directory."""
+    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)],
+        check=True,
+    )
+    wheels = list(wheel_dir.glob("pgqueue-*.whl"))
+    assert len(wheels) == 1
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheels[0]),
+        ],
+        check=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import pgqueue, pgqueue.sql; print(pgqueue.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.startswith(str(target)), where.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "pgqueue", "migrate", "--dsn", dsn],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    sql = subprocess.run(
+        [sys.executable, "-m", "pgqueue", "migrate", "--sql"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "CREATE TABLE pgqueue.runs" in sql.stdout

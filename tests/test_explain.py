@@ -1,0 +1,96 @@
+"""Every hot query reads the index meant for it, even with a large history around it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue import _sql
+
+WORKER = "00000000-0000-0000-0000-000000000001"
+
+
+@pytest.fixture
+def big(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """100,000 finished runs, 100,000 future runs and 100,000 runs of another queue."""
+    conn.execute("""
+        INSERT INTO pgqueue.runs (task, queue, state, finished_at)
+        SELECT 't', 'default', 'succeeded', now() FROM generate_series(1, 100000);
+        INSERT INTO pgqueue.runs (task, queue, state, run_at)
+        SELECT 't', 'default', 'scheduled', now() + interval '1 day'
+        FROM generate_series(1, 100000);
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'other', 'queued'
+        FROM generate_series(1, 100000);
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'default', 'queued'
+        FROM generate_series(1, 50);
+        ANALYZE pgqueue.runs;
+    """)
+    return conn
+
+
+def plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
+    with conn.transaction():
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        rows = conn.execute(f"EXPLAIN (FORMAT JSON) {_sql.query(name)}", params).fetchall()
+    return json.dumps(rows[0][0])
+
+
+def scans(text: str) -> list[tuple[str, str | None]]:
+    found: list[tuple[str, str | None]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("Relation Name") == "runs":
+                found.append((node["Node Type"], node.get("Index Name")))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(text))
+    return found
+
+
+def assert_uses(text: str, *indexes: str) -> None:
+    found = scans(text)
+    assert all("Seq Scan" not in kind for kind, _ in found), found
+    assert any(name in indexes for _, name in found), found
+
+
+def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
+    # One test, one large fixture: building 300,000 rows per test would slow the suite.
+    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    assert_uses(plan(big, "claim", claim), "runs_claim_idx")
+    assert_uses(plan(big, "stage_due", {"queue": "default", "limit": 100}), "runs_scheduled_idx")
+    assert_uses(plan(big, "rescue_expired", {"queue": "default", "limit": 100}), "runs_lease_idx")
+    by_id: dict[str, Any] = {
+        "id": [1, 2],
+        "lease_token": [None, None],
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+    }
+    # Writes by id: the primary key, or the (small) index of running runs.
+    assert_uses(plan(big, "renew_leases", by_id), "runs_pkey", "runs_lease_idx")
+    complete = by_id | {
+        "state": ["succeeded"] * 2,
+        "result": [None] * 2,
+        "error": [None] * 2,
+        "error_kind": [None] * 2,
+        "traceback": [None] * 2,
+        "delay": [0.0] * 2,
+        "refund": [False] * 2,
+    }
+    assert_uses(plan(big, "complete", complete), "runs_pkey", "runs_lease_idx")
+
+
+def test_claim_plan_check_can_fail(conn: psycopg.Connection[Any]) -> None:
+    """Without its index the claim scans the table, and the check above notices."""
+    conn.execute("DROP INDEX pgqueue.runs_claim_idx")
+    conn.execute("ANALYZE pgqueue.runs")
+    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    with pytest.raises(AssertionError):
+        assert_uses(plan(conn, "claim", claim), "runs_claim_idx")

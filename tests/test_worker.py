@@ -1,0 +1,285 @@
+"""Worker behaviour: retries, RetryAfter, NonRetryable, timeouts, cancel, hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgqueue
+from pgqueue import _sql
+from tests.helpers import InProcessWorker, wait_until
+
+FAST = pgqueue.RetryPolicy(base=0.05, jitter=0)
+
+
+def burst(app: pgqueue.App, **options: Any) -> Any:
+    w = app.worker(install_signal_handlers=False, **options)
+    w.run(burst=True)
+    return w
+
+
+def test_failures_retry_with_backoff_then_fail(app: pgqueue.App) -> None:
+    calls: list[int] = []
+
+    @app.task(max_attempts=3, retry=FAST)
+    def flaky() -> None:
+        calls.append(1)
+        raise ConnectionError("upstream down")
+
+    h = flaky.enqueue()
+    with (
+        InProcessWorker(app, stage_interval=0.05),
+        pytest.raises(pgqueue.RunFailed, match="upstream down"),
+    ):
+        h.wait(timeout=10)
+    run = app.get_run(h.id)
+    assert (run.state, run.attempt, len(calls)) == ("failed", 3, 3)
+    errors = app.run_errors(h.id)
+    assert [e["attempt"] for e in errors] == [1, 2, 3]
+    assert all(e["kind"] == "error" and "ConnectionError" in e["traceback"] for e in errors)
+
+
+def test_success_after_a_retry(app: pgqueue.App) -> None:
+    calls: list[int] = []
+
+    @app.task(retry=FAST)
+    def second_time_lucky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first")
+        return "ok"
+
+    h = second_time_lucky.enqueue()
+    with InProcessWorker(app, stage_interval=0.05):
+        assert h.wait(timeout=10) == "ok"
+    assert app.get_run(h.id).attempt == 2
+
+
+def test_retry_after_does_not_use_an_attempt(app: pgqueue.App) -> None:
+    calls: list[float] = []
+
+    @app.task(max_attempts=1)
+    def rate_limited() -> str:
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise pgqueue.RetryAfter(0.2)
+        return "through"
+
+    h = rate_limited.enqueue()
+    with InProcessWorker(app, stage_interval=0.05):
+        assert h.wait(timeout=10) == "through"
+    assert app.get_run(h.id).attempt == 1
+    assert calls[1] - calls[0] >= 0.2
+
+
+def test_non_retryable_fails_at_once(app: pgqueue.App) -> None:
+    @app.task(max_attempts=5)
+    def bad() -> None:
+        raise pgqueue.NonRetryable("card declined")
+
+    h = bad.enqueue()
+    burst(app)
+    run = app.get_run(h.id)
+    assert (run.state, run.attempt) == ("failed", 1)
+    assert "card declined" in (run.error or "")
+
+
+def test_async_task_timeout_is_cancelled_for_real(app: pgqueue.App) -> None:
+    cancelled = threading.Event()
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    h = slow.enqueue()
+    started = time.monotonic()
+    burst(app)
+    assert time.monotonic() - started < 5
+    run = app.get_run(h.id)
+    assert run.state == "failed" and "timeout" in (run.error or "")
+    assert cancelled.is_set()
+    assert app.run_errors(h.id)[0]["kind"] == "timeout"
+
+
+def test_sync_task_timeout_flags_ctx_cancelled(app: pgqueue.App) -> None:
+    saw_cancel = threading.Event()
+
+    @app.workflow(timeout=0.2, max_attempts=1)
+    def slow(ctx: pgqueue.Context) -> None:
+        if ctx.wait_cancelled(10):
+            saw_cancel.set()
+
+    h = slow.enqueue()
+    burst(app)
+    assert app.get_run(h.id).state == "failed"
+    assert saw_cancel.is_set()
+
+
+def test_cancel_a_running_run_stops_it(app: pgqueue.App) -> None:
+    started = threading.Event()
+    stopped = threading.Event()
+
+    @app.task
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    h = forever.enqueue()
+    with InProcessWorker(app) as w:
+        assert started.wait(10)
+        assert app.cancel(h.id)
+        assert stopped.wait(5), "the async task was not cancelled"
+        wait_until(lambda: not w.held, message="worker to drop the canceled run")
+    assert app.get_run(h.id).state == "canceled"
+
+
+def test_unknown_task_fails_without_blocking_the_queue(app: pgqueue.App) -> None:
+    @app.task
+    def known() -> str:
+        return "fine"
+
+    ghost = app.enqueue_by_name("not.deployed", max_attempts=1)
+    ok = known.enqueue()
+    burst(app)
+    run = app.get_run(ghost.id)
+    assert run.state == "failed" and "not.deployed" in (run.error or "")
+    assert app.get_run(ok.id).state == "succeeded"
+
+
+def test_invalid_arguments_at_run_time_are_not_retried(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    @app.task(max_attempts=5)
+    def takes_one(n: int) -> None: ...
+
+    run_id = conn.execute("SELECT pgqueue.enqueue(%s, '[1, 2, 3]')", (takes_one.name,)).fetchone()[
+        0
+    ]  # type: ignore[index]
+    burst(app)
+    run = app.get_run(run_id)
+    assert (run.state, run.attempt) == ("failed", 1)
+    assert app.run_errors(run_id)[0]["kind"] == "invalid_arguments"
+
+
+def test_non_json_result_fails_cleanly(app: pgqueue.App) -> None:
+    @app.task(max_attempts=3)
+    def returns_object() -> object:
+        return object()
+
+    h = returns_object.enqueue()
+    burst(app)
+    run = app.get_run(h.id)
+    assert (run.state, run.attempt) == ("failed", 1)
+    assert "must be JSON" in (run.error or "")
+
+
+def test_hooks_run_once_and_cannot_change_the_outcome(app: pgqueue.App) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def ok_hook(ctx: pgqueue.Context, result: Any) -> None:
+        seen.append(("success", result))
+        raise RuntimeError("hook bug")
+
+    def fail_hook(ctx: pgqueue.Context, error: Any) -> None:
+        seen.append(("failure", ctx.run_id))
+
+    @app.task(on_success=ok_hook)
+    def good() -> int:
+        return 7
+
+    @app.task(on_failure=fail_hook, max_attempts=2, retry=FAST)
+    def bad() -> None:
+        raise ValueError("nope")
+
+    g, b = good.enqueue(), bad.enqueue()
+    with InProcessWorker(app, stage_interval=0.05):
+        assert g.wait(timeout=10) == 7
+        with pytest.raises(pgqueue.RunFailed):
+            b.wait(timeout=10)
+        wait_until(lambda: len(seen) == 2, message="both hooks")
+    assert sorted(seen, key=str) == sorted([("success", 7), ("failure", b.id)], key=str)
+    assert app.get_run(g.id).state == "succeeded"
+
+
+def test_priority_lower_runs_first(app: pgqueue.App) -> None:
+    order: list[int] = []
+
+    @app.task
+    def note(n: int) -> None:
+        order.append(n)
+
+    note.enqueue_many([(i,) for i in range(5)])
+    note.options(priority=-10).enqueue(99)
+    burst(app, concurrency=1)
+    assert order[0] == 99 and order[1:] == [0, 1, 2, 3, 4]
+
+
+def test_paused_queue_is_not_claimed(app: pgqueue.App) -> None:
+    @app.task
+    def t() -> None: ...
+
+    h = t.enqueue()
+    app.set_paused("default", True)
+    burst(app)
+    assert app.get_run(h.id).state == "queued"
+    app.set_paused("default", False)
+    burst(app)
+    assert app.get_run(h.id).state == "succeeded"
+
+
+def test_stale_lease_cannot_write(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    """Fencing: a completion carrying an expired or foreign lease token changes nothing."""
+
+    @app.task
+    def t() -> None: ...
+
+    h = t.enqueue()
+    row = conn.execute(
+        _sql.query("claim"),
+        {
+            "queue": "default",
+            "limit": 1,
+            "worker_id": "00000000-0000-0000-0000-000000000001",
+            "lease_seconds": 30,
+        },
+    ).fetchone()
+    assert row is not None
+    token = row[8]
+    conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() - interval '1s'")
+    outcome = {
+        "id": [h.id],
+        "lease_token": [token],
+        "state": ["succeeded"],
+        "result": ["1"],
+        "error": [None],
+        "error_kind": [None],
+        "traceback": [None],
+        "delay": [0.0],
+        "refund": [False],
+        "worker_id": "00000000-0000-0000-0000-000000000001",
+    }
+    assert conn.execute(_sql.query("complete"), outcome).fetchall() == []
+    renewed = conn.execute(
+        _sql.query("renew_leases"),
+        {
+            "worker_id": "00000000-0000-0000-0000-000000000001",
+            "lease_seconds": 30,
+            "id": [h.id],
+            "lease_token": [token],
+        },
+    ).fetchall()
+    assert renewed == []
+    assert app.get_run(h.id).state == "running"
