@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 from pgqueue.app import App, QueueConfig
 from pgqueue.context import Context
 from pgqueue.errors import (
+    ChildFailed,
     ConfigError,
     InvalidArguments,
     LeaseLost,
@@ -25,6 +26,7 @@ from pgqueue.tasks import Task, ValidationError
 
 __all__ = [
     "App",
+    "ChildFailed",
     "ConfigError",
     "Context",
     "InvalidArguments",

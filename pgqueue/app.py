@@ -314,12 +314,37 @@ class App:
         with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(_sql.query("run_errors"), {"id": run_id}).fetchall()
 
-    def cancel(self, run_id: int) -> bool:
-        """Cancel a run that has not finished; a running one is told to stop. Returns
-        False if the run had already finished."""
+    def cancel(self, run_id: int, *, children: bool = False) -> bool:
+        """Cancel a run that has not finished; a running one is told to stop, a waiting
+        parent is woken. `children=True` cancels its child runs too. Returns False if the
+        run had already finished."""
         with self.connection() as c:
-            row = c.execute(_sql.query("cancel"), {"id": run_id}).fetchone()
+            row = c.execute(_sql.query("cancel"), {"id": run_id, "children": children}).fetchone()
         return bool(row and row[0])
+
+    def emit_event(
+        self,
+        event: str,
+        *,
+        key: str | None = None,
+        payload: Any = None,
+        delay: float | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Emit an event: wakes every workflow waiting for (event, key) at once, or after
+        `delay` seconds. Joins the caller's transaction with `conn=`. Returns its id."""
+        text = _json.dumps(
+            payload, what=f"the payload of event {event!r}", limit=self.max_payload_bytes
+        )
+        params = {"event": check_name("event", event), "key": key, "payload": text, "delay": delay}
+        with self.connection(conn) as c:
+            row = c.execute(_sql.query("emit_event"), params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def run_steps(self, run_id: int) -> list[dict[str, Any]]:
+        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(_sql.query("run_steps"), {"id": run_id}).fetchall()
 
     def retry(self, run_id: int) -> bool:
         """Queue a finished run again for one more attempt (recorded in run_errors).

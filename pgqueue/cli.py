@@ -262,6 +262,31 @@ def enqueue(
         click.echo(f"run {handle.id} {'enqueued' if handle.created else 'already exists'}")
 
 
+@cli.command()
+@db_options
+@click.argument("event")
+@click.option("--key", help="Only waiters on this key wake.")
+@click.option("--payload", "payload_json", help="JSON payload handed to the waiters.")
+@click.option("--delay", type=click.FloatRange(0), help="Deliver after this many seconds.")
+def emit(
+    dsn: str | None,
+    embedded: bool,
+    event: str,
+    key: str | None,
+    payload_json: str | None,
+    delay: float | None,
+) -> None:
+    """Emit EVENT: wakes workflows waiting for it (ctx.wait_for_event)."""
+    payload = None
+    if payload_json is not None:
+        try:
+            payload = json.loads(payload_json)
+        except json.JSONDecodeError as exc:
+            fail(f"--payload is not valid JSON ({exc.msg} at position {exc.pos})")
+    event_id = open_app(dsn, embedded).emit_event(event, key=key, payload=payload, delay=delay)
+    click.echo(f"event {event_id} emitted")
+
+
 @cli.group()
 def runs() -> None:
     """Inspect and manage runs."""
@@ -310,7 +335,7 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
     run = app.get_run(run_id)
     errors = app.run_errors(run_id)
     if as_json:
-        echo_json(run.to_json() | {"errors": errors})
+        echo_json(run.to_json() | {"errors": errors, "steps": app.run_steps(run_id)})
         return
     for key, value in run.to_json().items():
         shown = json.dumps(value) if key in ("args", "kwargs", "result") else _cell(value)
@@ -327,11 +352,12 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
 @runs.command("cancel")
 @db_options
 @click.argument("run_id", type=int)
-def runs_cancel(dsn: str | None, embedded: bool, run_id: int) -> None:
+@click.option("--children", is_flag=True, help="Cancel its child runs too.")
+def runs_cancel(dsn: str | None, embedded: bool, run_id: int, children: bool) -> None:
     """Cancel a run that has not finished (a running one is told to stop)."""
     app = open_app(dsn, embedded)
     app.get_run(run_id)
-    if app.cancel(run_id):
+    if app.cancel(run_id, children=children):
         click.echo(f"run {run_id} canceled")
     else:
         fail(f"run {run_id} has already finished; nothing to cancel")

@@ -73,5 +73,16 @@ class NonRetryable(Exception):
         super().__init__(*args)
 
 
-class LeaseLost(PgQueueError):
-    """This worker no longer holds the run: its lease expired or the run was canceled."""
+class ChildFailed(NonRetryable):
+    """Raised in a workflow by ctx.call() when the child run failed or was canceled.
+    Uncaught, it fails the parent at once (the child already used its own retries)."""
+
+    def __init__(self, run_id: int, task: str, state: str, error: str | None) -> None:
+        self.run_id, self.task, self.state, self.error = run_id, task, state, error
+        detail = f": {error}" if error else ""
+        super().__init__(f"child run {run_id} ({task}) {state}{detail}")
+
+
+class LeaseLost(BaseException):
+    """This worker no longer holds the run (lease expired, run rescued or canceled).
+    A BaseException, so that a task's `except Exception` cannot swallow it."""

@@ -111,6 +111,11 @@ class Task(Generic[P, R]):
         self.on_failure = on_failure
         self.workflow = workflow
         self.is_async = inspect.iscoroutinefunction(fn)
+        if workflow and self.is_async:
+            raise TypeError(
+                f"workflow {name!r} is async: workflows must be plain `def` functions "
+                "(their durable steps block); async tasks are fine with @app.task"
+            )
         signature = inspect.signature(fn)
         if workflow:
             params = list(signature.parameters.values())

@@ -1,1 +1,1 @@
-SELECT pgqueue.cancel(%(id)s) AS canceled
+SELECT pgqueue.cancel(%(id)s, %(children)s) AS canceled

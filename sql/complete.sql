@@ -1,46 +1,83 @@
 -- Record the outcome of a batch of attempts this worker held. Every row is fenced by
 -- its lease token and a lease that is still valid: a worker whose lease expired (and
 -- whose run may have been rescued by another) changes nothing. `refund` gives the
--- attempt back (RetryAfter, release at shutdown). Returns the runs that were written.
+-- attempt back (RetryAfter, durable sleeps and waits, release at shutdown).
+-- A workflow that suspends becomes `scheduled` (sleep) or `waiting` (event, child run);
+-- if what it waits for already happened, it goes straight back to `queued`.
+-- A finished child wakes its waiting parent. Returns the runs that were written.
 WITH outcome AS (
     SELECT *
     FROM unnest(
-        %(id)s::bigint[], %(lease_token)s::uuid[], %(state)s::text[], %(result)s::text[]::jsonb[],
-        %(error)s::text[], %(error_kind)s::text[], %(traceback)s::text[],
-        %(delay)s::double precision[], %(refund)s::boolean[]
-    ) AS o (id, lease_token, state, result, error, error_kind, traceback, delay, refund)
+        %(id)s::bigint[], %(lease_token)s::uuid[], %(state)s::text[],
+        %(result)s::text[]::jsonb[], %(error)s::text[], %(error_kind)s::text[],
+        %(traceback)s::text[], %(delay)s::double precision[], %(refund)s::boolean[],
+        %(wait_event)s::text[], %(wait_key)s::text[], %(wait_since)s::timestamptz[],
+        %(wait_run_id)s::bigint[]
+    ) AS o (id, lease_token, state, result, error, error_kind, traceback, delay, refund,
+            wait_event, wait_key, wait_since, wait_run_id)
+),
+resolved AS (
+    SELECT o.*,
+           CASE WHEN o.state = 'waiting' AND (
+                    EXISTS (SELECT 1 FROM pgqueue.runs c
+                             WHERE c.id = o.wait_run_id
+                               AND c.state IN ('succeeded', 'failed', 'canceled'))
+                 OR EXISTS (SELECT 1 FROM pgqueue.events e
+                             WHERE e.event = o.wait_event AND e.key = o.wait_key
+                               AND e.deliver_at >= o.wait_since AND e.deliver_at <= now()))
+                THEN 'queued' ELSE o.state END AS next_state
+    FROM outcome o
 ),
 written AS (
     UPDATE pgqueue.runs r
-       SET state = o.state,
+       SET state = o.next_state,
            result = o.result,
            error = o.error,
            attempt = r.attempt - o.refund::integer,
-           run_at = CASE WHEN o.state = 'scheduled'
-                         THEN now() + o.delay * interval '1 second' ELSE r.run_at END,
-           finished_at = CASE WHEN o.state IN ('succeeded', 'failed', 'canceled')
+           run_at = CASE WHEN o.next_state IN ('scheduled', 'waiting')
+                         THEN coalesce(now() + o.delay * interval '1 second',
+                                       '9999-12-31 00:00:00+00')  -- no deadline
+                         WHEN o.next_state = 'queued' THEN now()
+                         ELSE r.run_at END,
+           finished_at = CASE WHEN o.next_state IN ('succeeded', 'failed', 'canceled')
                               THEN now() END,
+           wait_event = o.wait_event,
+           wait_key = o.wait_key,
+           wait_since = o.wait_since,
+           wait_run_id = o.wait_run_id,
            worker_id = NULL,
            lease_token = NULL,
            lease_expires_at = NULL
-      FROM outcome o
+      FROM resolved o
      WHERE r.id = o.id
        AND r.lease_token = o.lease_token
        AND r.state = 'running'
        AND r.lease_expires_at > now()
-    RETURNING r.id, r.queue, r.state, r.notify_done, o.error, o.error_kind, o.traceback,
-              r.attempt + o.refund::integer AS attempt
+    RETURNING r.id, r.queue, r.state, r.notify_done, r.parent_id, o.error, o.error_kind,
+              o.traceback, r.attempt + o.refund::integer AS attempt
 ),
 logged AS (
     INSERT INTO pgqueue.run_errors (run_id, attempt, kind, message, traceback, worker_id)
     SELECT id, attempt, error_kind, error, traceback, %(worker_id)s::uuid
     FROM written
     WHERE error_kind IS NOT NULL
+),
+parents AS (
+    UPDATE pgqueue.runs p
+       SET state = 'queued', run_at = now()
+      FROM written w
+     WHERE w.parent_id IS NOT NULL
+       AND w.state IN ('succeeded', 'failed', 'canceled')
+       AND p.id = w.parent_id
+       AND p.state = 'waiting'
+       AND p.wait_run_id = w.id
+    RETURNING p.queue
 )
 SELECT id,
        (SELECT count(pg_notify('pgqueue_done', w.id::text))
           FROM written w WHERE w.notify_done
                            AND w.state IN ('succeeded', 'failed', 'canceled'))
      + (SELECT count(pg_notify('pgqueue_queued', q.queue))
-          FROM (SELECT DISTINCT queue FROM written WHERE state = 'queued') q) AS notified
+          FROM (SELECT queue FROM written WHERE state = 'queued'
+                UNION SELECT queue FROM parents) q) AS notified
 FROM written

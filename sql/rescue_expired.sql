@@ -20,7 +20,16 @@ rescued AS (
            lease_expires_at = NULL
       FROM expired e
      WHERE r.id = e.id
-    RETURNING r.id, r.queue, r.state, r.attempt, r.error, r.notify_done, e.worker_id
+    RETURNING r.id, r.queue, r.state, r.attempt, r.error, r.notify_done, r.parent_id,
+              e.worker_id
+),
+parents AS (
+    UPDATE pgqueue.runs p
+       SET state = 'queued', run_at = now()
+      FROM rescued w
+     WHERE w.state = 'failed' AND w.parent_id IS NOT NULL AND p.id = w.parent_id
+       AND p.state = 'waiting' AND p.wait_run_id = w.id
+    RETURNING p.queue
 ),
 logged AS (
     INSERT INTO pgqueue.run_errors (run_id, attempt, kind, message, worker_id)
@@ -29,6 +38,7 @@ logged AS (
 SELECT id, state,
        (SELECT count(pg_notify('pgqueue_done', r.id::text))
           FROM rescued r WHERE r.notify_done AND r.state = 'failed')
-     + (SELECT count(pg_notify('pgqueue_queued', %(queue)s))
-          FROM (SELECT 1 FROM rescued WHERE state = 'queued' LIMIT 1) q) AS notified
+     + (SELECT count(pg_notify('pgqueue_queued', q.queue))
+          FROM (SELECT queue FROM rescued WHERE state = 'queued'
+                UNION SELECT queue FROM parents) q) AS notified
 FROM rescued

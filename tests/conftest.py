@@ -66,7 +66,10 @@ def make_dsn(host: str, port: Any, user: str, dbname: str, password: str | None)
     )
 
 
-postgresql_noproc = factories.postgresql_noproc(dbname="pgqueue_test", load=[load_schema])
+# Unique per session, so that concurrent test sessions on one server do not collide.
+postgresql_noproc = factories.postgresql_noproc(
+    dbname=f"pgqueue_test_{os.getpid()}", load=[load_schema]
+)
 postgresql = factories.postgresql("postgresql_noproc")
 
 

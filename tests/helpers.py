@@ -46,7 +46,7 @@ class WorkerProcess:
     def __init__(self, dsn: str, app: str, *args: str, env: dict[str, str] | None = None) -> None:
         self.dsn = dsn
         cmd = [sys.executable, "-m", "pgqueue", "worker", "--dsn", dsn, "--app", app, *args]
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PGQUEUE_DSN": dsn, **(env or {})}
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )

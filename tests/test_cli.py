@@ -178,3 +178,13 @@ def test_installed_wheel_carries_migrations_and_sql(tmp_path: Any, dsn: str) -> 
         text=True,
     )
     assert "CREATE TABLE pgqueue.runs" in sql.stdout
+
+
+def test_emit_event(capsys: Any, dsn: str) -> None:
+    code, out, _ = cli(
+        capsys, "emit", "order.paid", "--key", "o-1", "--payload", '{"a": 1}', "--dsn", dsn
+    )
+    assert code == 0 and out.startswith("event ")
+    assert_user_error(
+        cli(capsys, "emit", "x", "--payload", "{nope", "--dsn", dsn), "--payload is not valid JSON"
+    )

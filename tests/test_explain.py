@@ -83,6 +83,10 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
         "traceback": [None] * 2,
         "delay": [0.0] * 2,
         "refund": [False] * 2,
+        "wait_event": [None] * 2,
+        "wait_key": [None] * 2,
+        "wait_since": [None] * 2,
+        "wait_run_id": [None] * 2,
     }
     assert_uses(plan(big, "complete", complete), "runs_pkey", "runs_lease_idx")
 

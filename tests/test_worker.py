@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import fields
 from typing import Any
 
 import psycopg
@@ -12,8 +13,10 @@ import pytest
 
 import pgqueue
 from pgqueue import _sql
+from pgqueue.worker._completer import Outcome
 from tests.helpers import InProcessWorker, wait_until
 
+WORKER = "00000000-0000-0000-0000-000000000001"
 FAST = pgqueue.RetryPolicy(base=0.05, jitter=0)
 
 
@@ -252,30 +255,21 @@ def test_stale_lease_cannot_write(app: pgqueue.App, conn: psycopg.Connection[Any
         {
             "queue": "default",
             "limit": 1,
-            "worker_id": "00000000-0000-0000-0000-000000000001",
+            "worker_id": WORKER,
             "lease_seconds": 30,
         },
     ).fetchone()
     assert row is not None
     token = row[8]
     conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() - interval '1s'")
-    outcome = {
-        "id": [h.id],
-        "lease_token": [token],
-        "state": ["succeeded"],
-        "result": ["1"],
-        "error": [None],
-        "error_kind": [None],
-        "traceback": [None],
-        "delay": [0.0],
-        "refund": [False],
-        "worker_id": "00000000-0000-0000-0000-000000000001",
-    }
-    assert conn.execute(_sql.query("complete"), outcome).fetchall() == []
+    outcome = Outcome(h.id, token, "succeeded", result="1")
+    params = {f.name: [getattr(outcome, f.name)] for f in fields(Outcome)}
+    params["worker_id"] = WORKER
+    assert conn.execute(_sql.query("complete"), params).fetchall() == []
     renewed = conn.execute(
         _sql.query("renew_leases"),
         {
-            "worker_id": "00000000-0000-0000-0000-000000000001",
+            "worker_id": WORKER,
             "lease_seconds": 30,
             "id": [h.id],
             "lease_token": [token],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -29,8 +30,12 @@ class Outcome:
     error: str | None = None
     error_kind: str | None = None
     traceback: str | None = None
-    delay: float = 0.0
+    delay: float | None = 0.0
     refund: bool = False
+    wait_event: str | None = None
+    wait_key: str | None = None
+    wait_since: datetime | None = None
+    wait_run_id: int | None = None
 
 
 class Completer:

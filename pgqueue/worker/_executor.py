@@ -13,10 +13,11 @@ from uuid import UUID
 
 from pgqueue import _json
 from pgqueue.context import Context
-from pgqueue.errors import NonRetryable, RetryAfter
+from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks import Task, ValidationError
 from pgqueue.worker._completer import Outcome
+from pgqueue.workflows import Durable, Suspend
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
@@ -91,11 +92,27 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
         if held.lost or held.released:
             return None
         raise
+    except Suspend as s:
+        return Outcome(
+            held.id,
+            held.lease_token,
+            s.state,
+            delay=s.delay,
+            refund=True,
+            wait_event=s.wait_event,
+            wait_key=s.wait_key,
+            wait_since=s.wait_since,
+            wait_run_id=s.wait_run_id,
+        )
+    except LeaseLost:
+        held.lost = True
+        return None
     except RetryAfter as exc:
         if exc.seconds <= 0:
             return Outcome(held.id, held.lease_token, "queued", refund=True)
         return Outcome(held.id, held.lease_token, "scheduled", delay=exc.seconds, refund=True)
-    except NonRetryable as exc:
+    except (NonRetryable, InvalidArguments, ValidationError) as exc:
+        # Deterministic failures: another attempt would fail the same way.
         return failure(held, "non_retryable", exc, retry=None)
     except TimeoutError as exc:
         if held.lost or held.released:
@@ -118,6 +135,8 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
 
 
 async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
+    if task.workflow:
+        held.ctx._durable = Durable(worker.app, held.id, held.lease_token, held.row["attempt"])
     args = task.run_ctx_args(held.ctx, held.row["args"])
     kwargs = held.row["kwargs"]
     timeout = held.row["timeout_seconds"]

@@ -1,37 +1,50 @@
-"""Moves scheduled runs (delayed, backing off, sleeping) to `queued` when they are due."""
+"""Moves runs whose time has come back to `queued`: scheduled runs (delayed, backing off,
+sleeping) and waits whose deadline passed; now and then also waits whose child or event
+arrived without waking them (the safety net behind the direct wake-ups)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, LiteralString
 
 from pgqueue import _sql
 from pgqueue.worker._service import Service
 
 BATCH = 1000
+SAFETY_NET_EVERY = 5  # ticks
 
 
 class Stager(Service):
     name = "stager"
+    ticks = 0
 
     async def stage(self) -> tuple[int, datetime | None]:
-        """One pass over the served queues: runs staged, and the earliest next due time."""
+        """One pass over the served queues: runs made ready, and the earliest time at
+        which another becomes due."""
         total = 0
         next_due: datetime | None = None
+        self.ticks += 1
+        queries = ["stage_due", "wake_expired_waits"]
+        if self.ticks % SAFETY_NET_EVERY == 1:
+            queries.append("wake_waiters")
         async with self.worker.pool.connection() as conn:
             for queue in self.worker.queues:
-                while True:
-                    cur = await conn.execute(
-                        _sql.query("stage_due"), {"queue": queue, "limit": BATCH}
-                    )
-                    row = await cur.fetchone()
-                    assert row is not None
-                    staged, _, due = row
+                for name in queries:
+                    staged, due = await self._drain(conn, _sql.query(name), queue)
                     total += staged
-                    if staged < BATCH:
-                        break
-                if due is not None and (next_due is None or due < next_due):
-                    next_due = due
+                    if due is not None and (next_due is None or due < next_due):
+                        next_due = due
         return total, next_due
+
+    async def _drain(self, conn: Any, query: LiteralString, queue: str) -> tuple[int, Any]:
+        total = 0
+        while True:
+            cur = await conn.execute(query, {"queue": queue, "limit": BATCH})
+            row = await cur.fetchone()
+            assert row is not None
+            total += row[0]
+            if row[0] < BATCH:
+                return total, (row[2] if len(row) > 2 else None)
 
     async def tick(self) -> float:
         staged, next_due = await self.stage()
@@ -40,8 +53,8 @@ class Stager(Service):
         interval = self.worker.stage_interval
         if next_due is None:
             return interval
-        # Sleep until the next run is due (measured on the database clock), but never
-        # longer than the interval, so runs scheduled meanwhile are seen too.
+        # Sleep until the next run is due (on the database clock), but never longer
+        # than the interval, so that runs scheduled meanwhile are seen too.
         async with self.worker.pool.connection() as conn:
             cur = await conn.execute("SELECT extract(epoch FROM %s - now())::float8", (next_due,))
             row = await cur.fetchone()

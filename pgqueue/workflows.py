@@ -1,0 +1,246 @@
+"""Durable workflow operations: memoized steps, sleeps, event waits and child runs.
+
+A workflow's code re-executes from the top on every attempt and after every durable
+wait; only steps (and the outcome of sleeps, waits and calls, which are steps too) are
+stored. Everything here is called from the workflow's own thread and writes through the
+App's pool, fenced by the lease the worker holds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+from pgqueue import _json, _sql
+from pgqueue.errors import LeaseLost, UserError
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+    from pgqueue.app import App
+    from pgqueue.runs import RunHandle
+    from pgqueue.tasks import Task
+
+CHILD_KEY = "pgqueue.child:{parent}:{name}"
+
+
+class Suspend(BaseException):
+    """Unwinds a workflow that must wait; the worker turns it into `scheduled`/`waiting`
+    without using an attempt. A BaseException so user code cannot swallow it."""
+
+    def __init__(
+        self,
+        state: str,
+        delay: float | None,
+        *,
+        wait_event: str | None = None,
+        wait_key: str | None = None,
+        wait_since: datetime | None = None,
+        wait_run_id: int | None = None,
+    ) -> None:
+        super().__init__(state)
+        self.state = state
+        self.delay = delay
+        self.wait_event = wait_event
+        self.wait_key = wait_key
+        self.wait_since = wait_since
+        self.wait_run_id = wait_run_id
+
+
+@dataclass
+class StepRecord:
+    name: str
+    state: str
+    output: Any
+    error: str | None
+    created_at: datetime
+
+
+class Durable:
+    """The stored side of one workflow attempt."""
+
+    def __init__(self, app: App, run_id: int, lease_token: UUID, attempt: int) -> None:
+        self.app = app
+        self.run_id = run_id
+        self.lease_token = lease_token
+        self.attempt = attempt
+        self._steps: dict[str, StepRecord] | None = None
+        self._seen: Counter[str] = Counter()
+        self.db_now: datetime | None = None
+
+    # -- names and records ------------------------------------------------------------
+
+    def unique_name(self, name: str) -> str:
+        """`name`, then `name#2`, `name#3`... in call order, so loops work."""
+        if not isinstance(name, str) or not name or "#" in name:
+            raise UserError(f"step name must be a non-empty string without '#', not {name!r}")
+        self._seen[name] += 1
+        n = self._seen[name]
+        return name if n == 1 else f"{name}#{n}"
+
+    def get(self, name: str) -> StepRecord | None:
+        if self._steps is None:
+            with self.app.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(_sql.query("load_steps"), {"run_id": self.run_id}).fetchall()
+            self._steps = {
+                r["name"]: StepRecord(
+                    r["name"], r["state"], r["output"], r["error"], r["created_at"]
+                )
+                for r in rows
+            }
+            if rows:
+                self.db_now = rows[0]["db_now"]
+            else:
+                with self.app.connection() as conn:
+                    self.db_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        return self._steps.get(name)
+
+    def record(
+        self,
+        name: str,
+        state: str,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        started_at: datetime | None = None,
+    ) -> StepRecord:
+        """Store a step (fenced by the lease); raises LeaseLost if the lease is gone."""
+        params = {
+            "run_id": self.run_id,
+            "lease_token": self.lease_token,
+            "name": name,
+            "state": state,
+            "output": output,
+            "error": error,
+            "attempt": self.attempt,
+            "started_at": started_at,
+        }
+        with self.app.connection() as conn:
+            row = conn.execute(_sql.query("record_step"), params).fetchone()
+        if row is None:
+            raise LeaseLost(
+                f"run {self.run_id} is no longer held by this worker; "
+                f"step {name!r} was not recorded"
+            )
+        self.db_now = row[2]
+        record = StepRecord(
+            name, state, None if output is None else _json.loads(output), error, row[1]
+        )
+        assert self._steps is not None
+        self._steps[name] = record
+        return record
+
+    # -- the operations ----------------------------------------------------------------
+
+    def step(self, name: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        name = self.unique_name(name)
+        done = self.get(name)
+        if done is not None and done.state == "succeeded":
+            return done.output
+        started = datetime.now().astimezone()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            self.record(name, "failed", error=f"{type(exc).__name__}: {exc}", started_at=started)
+            raise
+        text = _json.dumps(
+            result, what=f"the result of step {name!r}", limit=self.app.max_payload_bytes
+        )
+        self.record(name, "succeeded", output=text, started_at=started)
+        return _json.loads(text)  # the same value a replay will return
+
+    def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == "succeeded":
+            return
+        if rec is None:
+            rec = self.record(name, "waiting", output=_json.dumps(spec, what="sleep"))
+        spec = rec.output
+        wake_at = (
+            datetime.fromisoformat(spec["until"])
+            if "until" in spec
+            else rec.created_at + timedelta(seconds=spec["seconds"])
+        )
+        assert self.db_now is not None
+        left = (wake_at - self.db_now).total_seconds()
+        if left <= 0:
+            self.record(name, "succeeded", output=_json.dumps(spec, what="sleep"))
+            return
+        raise Suspend("scheduled", left)
+
+    def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == "succeeded":
+            return rec.output
+        spec = {"event": event, "key": key, "timeout": timeout}
+        if rec is None:
+            rec = self.record(name, "waiting", output=_json.dumps(spec, what="wait"))
+        since = rec.created_at
+        with self.app.connection() as conn:
+            row = conn.execute(
+                _sql.query("find_event"), {"event": event, "key": key or "", "since": since}
+            ).fetchone()
+        if row is not None:
+            self.record(name, "succeeded", output=_json.dumps(row[0], what="event payload"))
+            return row[0]
+        assert self.db_now is not None
+        left = (
+            None
+            if timeout is None
+            else (since + timedelta(seconds=timeout) - self.db_now).total_seconds()
+        )
+        if left is not None and left <= 0:
+            self.record(name, "succeeded", output="null")
+            return None
+        raise Suspend("waiting", left, wait_event=event, wait_key=key or "", wait_since=since)
+
+    def call(
+        self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        from pgqueue.errors import ChildFailed
+
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == "succeeded":
+            return rec.output
+        if rec is not None and rec.state == "waiting":
+            child_id = int(rec.output["run_id"])
+        else:
+            child_id = self._enqueue_child(name, task, args, kwargs).id
+            self.record(name, "waiting", output=_json.dumps({"run_id": child_id}, what="call"))
+        with self.app.connection() as conn:
+            row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
+        assert row is not None, f"child run {child_id} disappeared"
+        state, result, error, child_task = row
+        if state == "succeeded":
+            self.record(name, "succeeded", output=_json.dumps(result, what="child result"))
+            return result
+        if state in ("failed", "canceled"):
+            self.record(name, "failed", error=f"child run {child_id} {state}: {error}")
+            raise ChildFailed(child_id, child_task, state, error)
+        raise Suspend("waiting", None, wait_run_id=child_id)
+
+    def spawn(
+        self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> RunHandle:
+        from pgqueue.runs import RunHandle
+
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == "succeeded":
+            return RunHandle(int(rec.output["run_id"]), self.app, created=False)
+        handle = self._enqueue_child(name, task, args, kwargs)
+        self.record(name, "succeeded", output=_json.dumps({"run_id": handle.id}, what="spawn"))
+        return handle
+
+    def _enqueue_child(
+        self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> RunHandle:
+        key = CHILD_KEY.format(parent=self.run_id, name=name)
+        return task.options(idempotency_key=key, parent_id=self.run_id).enqueue(*args, **kwargs)

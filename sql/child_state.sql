@@ -1,0 +1,1 @@
+SELECT state, result, error, task FROM pgqueue.runs WHERE id = %(id)s

@@ -1,0 +1,21 @@
+-- Record a step, fenced by the lease: the run row is share-locked while the lease is
+-- valid, so a rescue cannot slip in between the check and the write. A succeeded step
+-- is never overwritten. Returns nothing if the lease is gone.
+WITH lease AS (
+    SELECT id
+    FROM pgqueue.runs
+    WHERE id = %(run_id)s AND lease_token = %(lease_token)s AND state = 'running'
+      AND lease_expires_at > now()
+    FOR SHARE
+)
+INSERT INTO pgqueue.steps AS s (run_id, name, state, output, error, attempt, started_at,
+                                finished_at)
+SELECT id, %(name)s, %(state)s, %(output)s::jsonb, %(error)s, %(attempt)s, %(started_at)s,
+       CASE WHEN %(state)s = 'waiting' THEN NULL ELSE now() END
+FROM lease
+ON CONFLICT (run_id, name) DO UPDATE
+   SET state = EXCLUDED.state, output = EXCLUDED.output, error = EXCLUDED.error,
+       attempt = EXCLUDED.attempt, started_at = EXCLUDED.started_at,
+       finished_at = EXCLUDED.finished_at
+ WHERE s.state <> 'succeeded'
+RETURNING s.name, s.created_at, now() AS db_now

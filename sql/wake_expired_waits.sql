@@ -1,0 +1,20 @@
+-- Waiting runs of one queue whose deadline passed (wait_for_event timeout): back to
+-- `queued`, so the workflow replays and sees the timeout.
+WITH due AS (
+    SELECT id
+    FROM pgqueue.runs
+    WHERE state = 'waiting' AND queue = %(queue)s AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+woken AS (
+    UPDATE pgqueue.runs r SET state = 'queued', run_at = now()
+      FROM due WHERE r.id = due.id
+    RETURNING r.id
+)
+SELECT (SELECT count(*) FROM woken) AS woken,
+       (SELECT count(pg_notify('pgqueue_queued', %(queue)s))
+          FROM (SELECT 1 FROM woken LIMIT 1) w) AS notified,
+       (SELECT min(run_at) FROM pgqueue.runs
+         WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) AS next_due
