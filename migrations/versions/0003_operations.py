@@ -1,0 +1,22 @@
+"""Schedules, inspection views and retention.
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("pgqueue migrations are forward-only")
