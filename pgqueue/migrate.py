@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -15,6 +16,8 @@ from alembic.script import ScriptDirectory
 from psycopg import errors as pg_errors
 
 from pgqueue.errors import NotMigrated
+
+log = logging.getLogger("pgqueue")
 
 
 @contextlib.contextmanager
@@ -39,12 +42,26 @@ def upgrade(dsn: str) -> None:
         command.upgrade(cfg, "head")
 
 
-def upgrade_sql() -> str:
-    """The SQL a DBA would run to create or update the schema (alembic offline mode)."""
+def upgrade_sql(from_revision: str | None = None) -> str:
+    """The SQL a DBA would run to create the schema, or to update it from
+    `from_revision` (alembic offline mode)."""
     out = io.StringIO()
     with _config(None, out) as cfg:
-        command.upgrade(cfg, "head", sql=True)
+        if from_revision is not None and from_revision not in revisions():
+            raise NotMigrated(
+                f"unknown pgqueue schema revision {from_revision!r}; "
+                f"known: {', '.join(revisions())}"
+            )
+        target = f"{from_revision}:head" if from_revision else "head"
+        command.upgrade(cfg, target, sql=True)
     return out.getvalue()
+
+
+def revisions() -> list[str]:
+    """Every revision this pgqueue knows, oldest first."""
+    with _config(None) as cfg:
+        script = ScriptDirectory.from_config(cfg)
+        return [r.revision for r in reversed(list(script.walk_revisions()))]
 
 
 def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
@@ -57,12 +74,22 @@ def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
 
 
 def check(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    """Raise NotMigrated (one line, says what to do) unless the schema is at head."""
+    """Raise NotMigrated (one line, says what to do) unless the schema is at head. A schema
+    newer than this pgqueue (a rolling deploy: the new release migrated first) is accepted
+    with a warning, since migrations only add."""
     found, wanted = current(conn), head()
     if found == wanted:
         return
     if found is None:
         raise NotMigrated("this database has no pgqueue schema: run `pgqueue migrate` first")
+    if found not in revisions():
+        log.warning(
+            "the pgqueue schema (revision %s) is newer than this pgqueue (%s): "
+            "upgrade pgqueue on this machine",
+            found,
+            wanted,
+        )
+        return
     raise NotMigrated(
         f"the pgqueue schema is at revision {found}, this pgqueue needs {wanted}: "
         "run `pgqueue migrate`"

@@ -8,13 +8,16 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from pgqueue import _sql, db
-from pgqueue.errors import RunCanceled, RunFailed
+from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
 
 if TYPE_CHECKING:
     from pgqueue.app import App
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "canceled"})
+PENDING: Any = object()  # outcome() of a run that has not finished
 STATES = ("scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled")
 
 
@@ -44,7 +47,9 @@ class Run:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["group_key"] = values["group_key"] or None  # '' is the default group
+        return cls(**values)
 
     @property
     def finished(self) -> bool:
@@ -73,6 +78,9 @@ class RunHandle:
     def get(self) -> Run:
         return self.app.get_run(self.id)
 
+    async def get_async(self) -> Run:
+        return await self.app.get_run_async(self.id)
+
     def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
         TimeoutError. Wakes on a NOTIFY sent when the run finishes (polls as a backstop)."""
@@ -82,12 +90,8 @@ class RunHandle:
             conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
                 run = self.app.get_run(self.id, conn=conn)
-                if run.state == "succeeded":
-                    return run.result
-                if run.state == "failed":
-                    raise RunFailed(run)
-                if run.state == "canceled":
-                    raise RunCanceled(run)
+                if (result := outcome(run)) is not PENDING:
+                    return result
                 left = poll_interval if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"run {self.id} still {run.state} after {timeout}s")
@@ -95,3 +99,44 @@ class RunHandle:
                 for note in conn.notifies(timeout=min(left, poll_interval)):
                     if note.payload == target:
                         break
+
+    async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        """wait() for asyncio code: the same LISTEN, backstop poll and outcome."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.app.dsn, autocommit=True)
+        except psycopg.OperationalError:
+            db.connect(self.app.dsn).close()  # raises the one-line ConfigError
+            raise
+        async with conn:
+            await conn.execute("LISTEN pgqueue_done")
+            await conn.execute(_sql.query("watch_run"), {"id": self.id})
+            while True:
+                run = await self.app.get_run_async(self.id, conn=conn)
+                if (result := outcome(run)) is not PENDING:
+                    return result
+                left = poll_interval if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"run {self.id} still {run.state} after {timeout}s")
+                target = str(self.id)
+                async for note in conn.notifies(timeout=min(left, poll_interval)):
+                    if note.payload == target:
+                        break
+
+
+def outcome(run: Run) -> Any:
+    """A finished run's result, or RunFailed / RunCanceled; PENDING if it has not finished."""
+    if run.state == "succeeded":
+        return run.result
+    if run.state == "failed":
+        raise RunFailed(run)
+    if run.state == "canceled":
+        raise RunCanceled(run)
+    return PENDING
+
+
+def found_run(run_id: int, row: dict[str, Any] | None) -> Run:
+    """The Run from get_run.sql's row, or RunNotFound."""
+    if row is None:
+        raise RunNotFound(f"no run with id {run_id} (it may have been pruned)")
+    return Run.from_row(row)

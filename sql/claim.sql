@@ -1,11 +1,15 @@
--- Claim up to `limit` queued runs of one queue for this worker, in priority then FIFO
--- order, under a fresh lease. Reads only runs_claim_idx; SKIP LOCKED lets many workers
--- claim at once without waiting on each other. A paused queue yields nothing.
+-- Claim up to `limit` queued runs of one queue WITHOUT limits for this worker, in
+-- priority then FIFO order, under a fresh lease. Reads only runs_claim_idx; SKIP LOCKED
+-- lets many workers claim at once without waiting on each other. A paused queue, or one
+-- that has limits (those go through claim_limited), yields nothing.
 WITH picked AS (
     SELECT id
     FROM pgqueue.runs
     WHERE state = 'queued' AND queue = %(queue)s
-      AND NOT EXISTS (SELECT 1 FROM pgqueue.queues q WHERE q.name = %(queue)s AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM pgqueue.queues q
+                       WHERE q.name = %(queue)s
+                         AND (q.paused OR q.concurrency IS NOT NULL
+                              OR q.group_concurrency IS NOT NULL))
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

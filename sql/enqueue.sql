@@ -21,7 +21,8 @@ inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, idempotency_key, run_at, parent_id)
     SELECT task, queue, CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END,
-           priority, args, kwargs, max_attempts, timeout_seconds, group_key, idempotency_key,
+           priority, args, kwargs, max_attempts, timeout_seconds, coalesce(group_key, ''),
+           idempotency_key,
            due, parent_id
     FROM timed
     ORDER BY n

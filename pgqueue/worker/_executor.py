@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgqueue.worker")
 
 
+class AttemptTimeout(Exception):
+    """The attempt ran past its task's timeout."""
+
+
 @dataclass(eq=False)
 class Held:
     """A run this worker holds under a lease."""
@@ -38,6 +42,13 @@ class Held:
     submitted: bool = False  # its outcome went to the completer: stop renewing
     lost: bool = False  # lease lost or run canceled: write nothing
     released: bool = False  # handed back at shutdown
+
+    def stop(self) -> None:
+        """Ask the attempt to stop: ctx.cancelled for everyone, real cancellation for
+        async tasks. A thread cannot be stopped; its slot stays busy until it returns."""
+        self.ctx._cancel.set()
+        if isinstance(self.invocation, asyncio.Task) and not self.invocation.done():
+            self.invocation.cancel()
 
 
 def failure(
@@ -114,10 +125,10 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
     except (NonRetryable, InvalidArguments, ValidationError) as exc:
         # Deterministic failures: another attempt would fail the same way.
         return failure(held, "non_retryable", exc, retry=None)
-    except TimeoutError as exc:
+    except AttemptTimeout as exc:
         if held.lost or held.released:
             return None
-        held.ctx._cancel.set()
+        held.stop()
         return failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
     except Exception as exc:
         if held.lost or held.released:
@@ -153,7 +164,9 @@ async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
     try:
         return await asyncio.wait_for(awaitable, timeout)
     except TimeoutError:
-        raise TimeoutError(f"attempt exceeded the task's timeout of {timeout:g}s") from None
+        if held.invocation.done() and not held.invocation.cancelled():
+            raise  # the task itself raised TimeoutError (a socket timeout, say)
+        raise AttemptTimeout(f"attempt exceeded the task's timeout of {timeout:g}s") from None
 
 
 async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:

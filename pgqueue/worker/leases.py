@@ -16,7 +16,7 @@ class LeaseKeeper(Service):
 
     async def tick(self) -> float:
         worker = self.worker
-        held = [h for h in worker.held.values() if not h.submitted]
+        held = [h for h in worker.held.values() if not h.submitted and not h.lost]
         params = {
             "worker_id": worker.id,
             "lease_seconds": worker.lease_seconds,
@@ -27,7 +27,7 @@ class LeaseKeeper(Service):
             cur = await conn.execute(_sql.query("renew_leases"), params)
             renewed = {row[0] for row in await cur.fetchall()}
         for h in held:
-            if h.id not in renewed and not h.submitted:
+            if h.id not in renewed and not h.submitted and not h.lost:
                 worker.lose(h.id, "its lease was lost (expired, rescued or canceled)")
         return worker.lease_seconds / 3
 

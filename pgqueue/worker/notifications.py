@@ -21,6 +21,7 @@ log = logging.getLogger("pgqueue.worker")
 
 QUEUED = "pgqueue_queued"
 CANCEL = "pgqueue_cancel"
+CONFIG = "pgqueue_config"
 
 
 class Listener:
@@ -37,6 +38,7 @@ class Listener:
                 async with conn:
                     await conn.execute(f"LISTEN {QUEUED}")
                     await conn.execute(f"LISTEN {CANCEL}")
+                    await conn.execute(f"LISTEN {CONFIG}")
                     self.connected.set()
                     failures = 0
                     self.worker.wake()  # anything enqueued while we were not listening
@@ -46,6 +48,10 @@ class Listener:
                                 self.worker.wake()
                         elif note.channel == CANCEL and note.payload.isdigit():
                             self.worker.lose(int(note.payload), "it was canceled")
+                        elif note.channel == CONFIG and note.payload in served:
+                            # a limit changed or the queue was paused/resumed
+                            await self.worker.queue_limits.refresh()
+                            self.worker.wake()
             except asyncio.CancelledError:
                 raise
             except DB_ERRORS as exc:

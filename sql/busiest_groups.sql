@@ -1,0 +1,5 @@
+SELECT queue, group_key, running, queued, deferred, last_claimed_at
+FROM pgqueue.groups
+WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
+ORDER BY running DESC, queued DESC, queue, group_key
+LIMIT %(limit)s
