@@ -1,0 +1,106 @@
+"""Retention: how long finished runs and events are kept, and the pruning itself.
+
+Workers prune on their own (pgqueue/worker/_pruner.py) with the Retention they are
+given; `pgqueue prune` and App.prune do it on demand. Deletes go in bounded batches, each
+its own short statement, so pruning never holds many locks or a long transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, LiteralString
+
+import psycopg
+
+from pgqueue import _sql
+from pgqueue.errors import UserError
+
+FINISHED_STATES = ("succeeded", "failed", "canceled")
+BATCH = 1000
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long finished runs (with their steps and errors) and events are kept.
+    None keeps them forever. `interval` is how often a worker prunes (seconds)."""
+
+    succeeded: timedelta | None = timedelta(days=7)
+    failed: timedelta | None = timedelta(days=30)
+    canceled: timedelta | None = timedelta(days=30)
+    events: timedelta | None = timedelta(days=30)
+    interval: float = 60.0
+    batch: int = BATCH
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError("Retention.batch must be >= 1")
+        if self.interval <= 0:
+            raise ValueError("Retention.interval must be > 0 seconds")
+
+    def by_state(self) -> dict[str, timedelta]:
+        kept = {"succeeded": self.succeeded, "failed": self.failed, "canceled": self.canceled}
+        return {state: age for state, age in kept.items() if age is not None}
+
+
+DEFAULT_RETENTION = Retention()
+
+
+def parse_duration(text: str) -> timedelta:
+    """'7d', '12h', '30m', '45s', '2w', '1d12h', or plain seconds."""
+    value = text.strip().lower()
+    try:
+        return timedelta(seconds=float(value))
+    except ValueError:
+        pass
+    parts = _DURATION.findall(value)
+    if not parts or _DURATION.sub("", value).strip():
+        raise UserError(
+            f"invalid duration {text!r}: use a number with a unit, e.g. 7d, 12h, 30m, 45s, "
+            "2w or 1d12h"
+        )
+    return timedelta(seconds=sum(float(n) * _UNITS[unit] for n, unit in parts))
+
+
+def prune_step(state: str | None, older_than: timedelta, limit: int) -> tuple[LiteralString, Any]:
+    """The statement and parameters of one batch: runs of `state`, or events if None."""
+    params = {"state": state, "older_than": older_than.total_seconds(), "limit": limit}
+    return _sql.query("prune_events" if state is None else "prune_runs"), params
+
+
+def prune(
+    conn: psycopg.Connection[Any],
+    older_than: timedelta,
+    *,
+    states: Iterable[str] = FINISHED_STATES,
+    events: bool = False,
+    batch: int = BATCH,
+) -> dict[str, int]:
+    """Delete runs in `states` that finished more than `older_than` ago (and events
+    created before then, with events=True), in batches. Returns counts by state."""
+    deleted: dict[str, int] = {}
+    targets: list[str | None] = []
+    for state in states:
+        if state not in FINISHED_STATES:
+            raise UserError(
+                f"cannot prune runs in state {state!r}: only finished runs "
+                f"({', '.join(FINISHED_STATES)}) are pruned"
+            )
+        targets.append(state)
+    if events:
+        targets.append(None)
+    for target in targets:
+        total = 0
+        while True:
+            query, params = prune_step(target, older_than, batch)
+            n = conn.execute(query, params).rowcount
+            total += n
+            if n < batch:
+                break
+        deleted[target or "events"] = total
+    return deleted

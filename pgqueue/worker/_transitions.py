@@ -1,0 +1,106 @@
+"""Run transitions as this worker sees them: one structured INFO line each (logger
+"pgqueue.worker"; with `--log-format json` its fields become JSON keys) and, when the
+worker serves metrics, the matching counters and histograms."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from pgqueue.worker._completer import Outcome
+from pgqueue.worker._executor import Held
+
+if TYPE_CHECKING:
+    from pgqueue.metrics import WorkerMetrics
+
+log = logging.getLogger("pgqueue.worker")
+
+
+def event_of(outcome: Outcome, written: bool) -> str:
+    """started | succeeded | failed | retried | deferred | rejected."""
+    if not written:
+        return "rejected"  # the lease was lost meanwhile: the outcome was fenced out
+    if outcome.state in ("succeeded", "failed"):
+        return outcome.state
+    if outcome.state == "scheduled" and outcome.error_kind is not None:
+        return "retried"
+    return "deferred"  # RetryAfter, a durable sleep or wait, a child call
+
+
+class Transitions:
+    def __init__(self, metrics: WorkerMetrics | None) -> None:
+        self.metrics = metrics
+        self._started: dict[UUID, float] = {}
+
+    def started(self, held: Held) -> None:
+        row = held.row
+        self._started[held.lease_token] = time.monotonic()
+        pickup = max(0.0, float(row.get("pickup_seconds") or 0.0))
+        log.info(
+            "run %s %s (queue %s) attempt %s/%s started",
+            held.id,
+            row["task"],
+            row["queue"],
+            row["attempt"],
+            row["max_attempts"],
+            extra={
+                "event": "started",
+                "run_id": held.id,
+                "task": row["task"],
+                "queue": row["queue"],
+                "attempt": row["attempt"],
+                "state": "running",
+                "pickup_ms": round(pickup * 1000, 1),
+            },
+        )
+        if self.metrics is not None:
+            self.metrics.started.labels(row["queue"], row["task"]).inc()
+            self.metrics.pickup.labels(row["queue"]).observe(pickup)
+
+    def finished(self, held: Held, outcome: Outcome | None, written: bool) -> None:
+        """After the attempt's outcome was written (or fenced out); outcome None: the
+        worker wrote nothing (lease lost, run canceled, or released at shutdown)."""
+        row = held.row
+        began = self._started.pop(held.lease_token, None)
+        seconds = time.monotonic() - began if began is not None else 0.0
+        if outcome is None:
+            if not held.released:
+                return  # lost or canceled: Worker.lose already logged it
+            event, state = "released", "queued"
+        else:
+            event, state = event_of(outcome, written), outcome.state
+        fields = {
+            "event": event,
+            "run_id": held.id,
+            "task": row["task"],
+            "queue": row["queue"],
+            "attempt": row["attempt"],
+            "state": state,
+            "duration_ms": round(seconds * 1000, 1),
+        }
+        detail = ""
+        if outcome is not None and outcome.error:
+            fields["error"] = outcome.error
+            detail = f": {outcome.error.splitlines()[0] if outcome.error else ''}"
+        log.info(
+            "run %s %s (queue %s) attempt %s %s -> %s in %.0fms%s",
+            held.id,
+            row["task"],
+            row["queue"],
+            row["attempt"],
+            event,
+            state,
+            seconds * 1000,
+            detail,
+            extra=fields,
+        )
+        m = self.metrics
+        if m is None or outcome is None or not written:
+            return
+        labels = (row["queue"], row["task"])
+        m.duration.labels(*labels).observe(seconds)
+        counter = {"succeeded": m.succeeded, "failed": m.failed, "retried": m.retried}.get(event)
+        if counter is not None:
+            counter.labels(*labels).inc()
