@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,9 +48,15 @@ class WorkerProcess:
         self.dsn = dsn
         cmd = [sys.executable, "-m", "pgqueue", "worker", "--dsn", dsn, "--app", app, *args]
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PGQUEUE_DSN": dsn, **(env or {})}
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        # Output goes to a file, not a pipe: a worker logs a line per run transition, and a
+        # pipe nobody reads fills up and blocks the worker. proc.stdout reads that file.
+        fd, path = tempfile.mkstemp(prefix="pgqueue-worker-", suffix=".log")
+        with os.fdopen(fd, "a") as log:
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, text=True
+            )
+        self.proc.stdout = open(path)  # noqa: SIM115 - closed in stop()
+        os.unlink(path)
 
     @property
     def pid(self) -> int:
