@@ -20,8 +20,10 @@ from pgqueue.errors import (
     UnknownTask,
     UserError,
 )
+from pgqueue.retention import Retention
 from pgqueue.retry import RetryPolicy
 from pgqueue.runs import Run, RunHandle
+from pgqueue.schedules import InvalidSchedule, Schedule, UnknownSchedule
 from pgqueue.tasks import Task, ValidationError
 
 __all__ = [
@@ -30,12 +32,14 @@ __all__ = [
     "ConfigError",
     "Context",
     "InvalidArguments",
+    "InvalidSchedule",
     "LeaseLost",
     "NonRetryable",
     "NotMigrated",
     "PayloadTooLarge",
     "PgQueueError",
     "QueueConfig",
+    "Retention",
     "RetryAfter",
     "RetryPolicy",
     "Run",
@@ -43,7 +47,9 @@ __all__ = [
     "RunFailed",
     "RunHandle",
     "RunNotFound",
+    "Schedule",
     "Task",
+    "UnknownSchedule",
     "UnknownTask",
     "UserError",
     "ValidationError",

@@ -6,18 +6,22 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pgqueue import _json, _sql, db, migrate
+from pgqueue import _inserts, _json, _sql, db, migrate
+from pgqueue import retention as _retention
+from pgqueue import schedules as _schedules
+from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
-from pgqueue.errors import ConfigError, RunNotFound, UnknownTask
+from pgqueue.errors import ConfigError, UnknownTask
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
-from pgqueue.runs import Run, RunHandle
+from pgqueue.runs import Run, RunHandle, found_run
 from pgqueue.tasks import (
     EnqueueOptions,
     GroupFn,
@@ -37,6 +41,9 @@ R = TypeVar("R")
 
 NOTIFY_ENV = "PGQUEUE_NOTIFY"
 
+# Returns the connection of the caller's open transaction, or None (see App.caller_connection).
+ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
+
 
 @dataclass(frozen=True)
 class QueueConfig:
@@ -45,7 +52,7 @@ class QueueConfig:
     group_concurrency: int | None = None
 
 
-class App:
+class App(AsyncApp):
     """Registry of tasks and queues bound to one database.
 
     `dsn`: argument > PGQUEUE_DSN > error, resolved at first use so that a module can
@@ -72,9 +79,11 @@ class App:
         self.default_queue = check_name("queue", default_queue)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueConfig] = {}
+        self.schedules: dict[str, _schedules.Schedule] = {}
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._pool_pid = 0
         self._lock = threading.Lock()
+        self.connection_provider: ConnectionProvider | None = None
 
     # -- configuration ----------------------------------------------------------------
 
@@ -135,6 +144,14 @@ class App:
         if fn is not None:
             return self._register(fn, workflow=False)
         return lambda f: self._register(f, workflow=False, **options)
+
+    @overload
+    def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, /, **options: Any
+    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         """Register a workflow: like a task, but it receives a Context first."""
@@ -205,7 +222,7 @@ class App:
         row = build_row(
             self, check_name("task", task), args, kwargs or {}, opts, queue=self.default_queue
         )
-        return self.insert_runs([row], conn=opts.conn)[0]
+        return self.insert_runs([row], conn=opts.sync_conn)[0]
 
     # -- database access ----------------------------------------------------------------
 
@@ -243,6 +260,16 @@ class App:
                 f"no database connection within 10s ({db.redact(self.dsn)}): is the server up?"
             ) from None
 
+    def caller_connection(
+        self, conn: psycopg.Connection[Any] | None = None
+    ) -> psycopg.Connection[Any] | None:
+        """`conn`, else the connection of the caller's open transaction as reported by
+        `connection_provider` (the Django and Flask integrations install one), else None:
+        enqueues and events join that transaction without conn=."""
+        if conn is None and self.connection_provider is not None:
+            return self.connection_provider()
+        return conn
+
     def close(self) -> None:
         with self._lock:
             if self._pool is not None:
@@ -264,39 +291,19 @@ class App:
         """Insert prepared rows with one statement; the engine behind every enqueue."""
         if not rows:
             return []
-        params: dict[str, Any] = {
-            f.name: [getattr(r, f.name) for r in rows] for f in fields(RunRow)
-        }
-        params["notify"] = self.notify
-        with self.connection(conn) as c:
-            found = c.execute(_sql.query("enqueue"), params).fetchall()
-            by_key = {key: run_id for run_id, key, _ in found if key is not None}
-            missing = [
-                r.idempotency_key
-                for r in rows
-                if r.idempotency_key and r.idempotency_key not in by_key
-            ]
+        existing: list[Any] = []
+        with self.connection(self.caller_connection(conn)) as c:
+            found = c.execute(_sql.query("enqueue"), _inserts.params(self, rows)).fetchall()
+            missing = _inserts.missing_keys(rows, found)
             if missing:
-                existing = c.execute(_sql.query("runs_by_idempotency_key"), {"keys": missing})
-                by_key.update({key: run_id for run_id, key in existing.fetchall()})
-        fresh = iter(run_id for run_id, key, _ in found if key is None)
-        created_keys = {key for _, key, _ in found if key is not None}
-        handles = []
-        for r in rows:
-            if r.idempotency_key is None:
-                handles.append(RunHandle(next(fresh), self))
-            else:
-                created = r.idempotency_key in created_keys
-                created_keys.discard(r.idempotency_key)
-                handles.append(RunHandle(by_key[r.idempotency_key], self, created=created))
-        return handles
+                query = _sql.query("runs_by_idempotency_key")
+                existing = c.execute(query, {"keys": missing}).fetchall()
+        return _inserts.handles(self, rows, found, existing)
 
     def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
         with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
             row = cur.execute(_sql.query("get_run"), {"id": run_id}).fetchone()
-        if row is None:
-            raise RunNotFound(f"no run with id {run_id} (it may have been pruned)")
-        return Run.from_row(row)
+        return found_run(run_id, row)
 
     def list_runs(
         self,
@@ -337,7 +344,7 @@ class App:
             payload, what=f"the payload of event {event!r}", limit=self.max_payload_bytes
         )
         params = {"event": check_name("event", event), "key": key, "payload": text, "delay": delay}
-        with self.connection(conn) as c:
+        with self.connection(self.caller_connection(conn)) as c:
             row = c.execute(_sql.query("emit_event"), params).fetchone()
         assert row is not None
         return int(row[0])
@@ -353,6 +360,33 @@ class App:
             row = c.execute(_sql.query("retry"), {"id": run_id}).fetchone()
         return bool(row and row[0])
 
+    def set_limits(
+        self, queue: str, *, concurrency: int | None, group_concurrency: int | None
+    ) -> None:
+        """Change a queue's cluster-wide limits now (None: no limit); workers apply it to
+        their next claim. A worker that starts with app.queue(...) declarations writes
+        those back."""
+        for label, value in (
+            ("concurrency", concurrency),
+            ("group_concurrency", group_concurrency),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"queue {queue!r}: {label} must be >= 1 (or None for no limit)")
+        params = {
+            "queue": check_name("queue", queue),
+            "concurrency": concurrency,
+            "group_concurrency": group_concurrency,
+        }
+        with self.connection() as c:
+            c.execute(_sql.query("set_queue_limits"), params)
+
+    def groups(self, queue: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """The busiest groups (most running, then most queued), from pgqueue.groups."""
+        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                _sql.query("busiest_groups"), {"queue": queue, "limit": limit}
+            ).fetchall()
+
     def set_paused(self, queue: str, paused: bool) -> None:
         with self.connection() as c:
             c.execute(_sql.query("set_queue_paused"), {"queue": queue, "paused": paused})
@@ -364,6 +398,105 @@ class App:
     def list_workers(self) -> list[dict[str, Any]]:
         with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(_sql.query("list_workers")).fetchall()
+
+    # -- schedules ----------------------------------------------------------------------
+
+    def periodic(
+        self,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        catch_up: bool = False,
+        name: str | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Enqueue a task at every tick of `cron` (in zone `tz`) with `args`/`kwargs`.
+
+        Put it above `@app.task(...)`, or use it alone (the function is then registered
+        as a task with default options). The schedule is named after the task unless
+        `name=` is given, which a task with several schedules needs. A bad expression or
+        zone raises pgqueue.InvalidSchedule here. See docs/schedules.md."""
+        _schedules.check_cron(cron, tz)
+
+        def decorate(target: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R] = target if isinstance(target, Task) else self.task(target)
+            self.schedule(
+                name or task.name,
+                cron,
+                task,
+                args=args,
+                kwargs=kwargs,
+                tz=tz,
+                queue=queue,
+                catch_up=catch_up,
+            )
+            return task
+
+        return decorate
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        task: Task[Any, Any] | str,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        queue: str | None = None,
+        catch_up: bool = False,
+    ) -> _schedules.Schedule:
+        """Define schedule `name`: enqueue `task` (a Task, or a task name this process
+        may not import) at every tick of `cron` in zone `tz`. Workers write it to
+        pgqueue.schedules when they start. After downtime only the latest missed tick
+        fires, unless catch_up=True (then every missed tick, at most 100)."""
+        definition = _schedules.define(
+            self, name, cron, task, args=args, kwargs=kwargs, tz=tz, queue=queue, catch_up=catch_up
+        )
+        if self.schedules.get(name, definition) != definition:
+            raise _schedules.InvalidSchedule(
+                f"two schedules are named {name!r}: give one of them name=..."
+            )
+        self.schedules[name] = definition
+        return definition
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule in the database (those of all apps), by name."""
+        with self.connection() as c:
+            return _schedules.list_all(c)
+
+    def pause_schedule(self, name: str) -> None:
+        with self.connection() as c:
+            _schedules.set_paused(c, name, True)
+
+    def resume_schedule(self, name: str) -> None:
+        """Resume from the next tick after now (ticks passed while paused do not fire)."""
+        with self.connection() as c:
+            _schedules.set_paused(c, name, False)
+
+    def trigger_schedule(self, name: str) -> RunHandle:
+        """Enqueue one run of schedule `name` now, outside its cron."""
+        with self.connection() as c:
+            return RunHandle(_schedules.trigger(c, name), self)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def prune(
+        self,
+        older_than: timedelta | float,
+        *,
+        states: Sequence[str] = _retention.FINISHED_STATES,
+        events: bool = False,
+    ) -> dict[str, int]:
+        """Delete runs in `states` that finished more than `older_than` (seconds or a
+        timedelta) ago, with their steps and errors, and events created before then with
+        events=True; in batches. Workers do this on their own (Worker(retention=...)).
+        Returns how many rows went, by state (and "events")."""
+        age = older_than if isinstance(older_than, timedelta) else timedelta(seconds=older_than)
+        with self.connection() as c:
+            return _retention.prune(c, age, states=states, events=events)
 
     # -- workers ------------------------------------------------------------------------
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 import psycopg
 
-from pgqueue import _sql, db, migrate
+from pgqueue import _logging, _sql, db, migrate, retention
 from pgqueue.app import App
 from pgqueue.errors import PgQueueError, RunNotFound, UserError
 
@@ -36,7 +36,9 @@ def db_options(fn: F) -> F:
         help="Use the shared local embedded PostgreSQL (started if needed).",
     )(fn)
     fn = click.option(
-        "--dsn", envvar=db.DSN_ENV, default=None, help="PostgreSQL DSN (default: $PGQUEUE_DSN)."
+        "--dsn",
+        default=None,
+        help="PostgreSQL DSN (default: the App's own dsn, else $PGQUEUE_DSN).",
     )(fn)
     return fn
 
@@ -46,6 +48,9 @@ def json_option(fn: F) -> F:
 
 
 def resolve_dsn(dsn: str | None, embedded: bool) -> str:
+    """--dsn > --embedded > $PGQUEUE_DSN (an App's own dsn is applied by open_app)."""
+    if dsn and embedded:
+        fail("give either --dsn or --embedded, not both")
     if embedded:
         from pgqueue import embedded as emb
 
@@ -175,6 +180,18 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one JSON object per line, with each run transition's fields as keys.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (needs pgqueue[metrics]).",
+)
 def worker(
     dsn: str | None,
     embedded: bool,
@@ -186,12 +203,11 @@ def worker(
     poll_interval: float,
     burst: bool,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
 ) -> None:
     """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits)."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     app.worker(
@@ -200,6 +216,7 @@ def worker(
         lease_seconds=lease_seconds,
         grace=grace,
         poll_interval=poll_interval,
+        metrics_port=metrics_port,
     ).run(burst=burst)
 
 
@@ -388,6 +405,7 @@ QUEUE_COLUMNS = [
     "canceled",
     "oldest_queued_seconds",
     "concurrency",
+    "group_concurrency",
 ]
 
 
@@ -399,11 +417,16 @@ def queues(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool) -
     """Per-queue counts (or: pause / resume a queue)."""
     if ctx.invoked_subcommand is not None:
         return
-    summary = open_app(dsn, embedded).queue_summary()
+    app = open_app(dsn, embedded)
+    summary = app.queue_summary()
     if as_json:
         echo_json(summary)
-    else:
-        table(summary, QUEUE_COLUMNS)
+        return
+    table(summary, QUEUE_COLUMNS)
+    busiest = [g for g in app.groups(limit=5) if g["group_key"]]
+    if busiest:
+        click.echo("\nbusiest groups:")
+        table(busiest, ["queue", "group_key", "running", "queued", "deferred"])
 
 
 def _pause_command(name: str, paused: bool) -> None:
@@ -423,6 +446,58 @@ def _pause_command(name: str, paused: bool) -> None:
 
 _pause_command("pause", True)
 _pause_command("resume", False)
+
+
+@queues.command("set")
+@db_options
+@click.argument("queue")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(0),
+    help="Max running runs of QUEUE across all workers (0: no limit).",
+)
+@click.option(
+    "--group-concurrency",
+    type=click.IntRange(0),
+    help="Max running runs per group in QUEUE (0: no limit).",
+)
+def queues_set(
+    dsn: str | None,
+    embedded: bool,
+    queue: str,
+    concurrency: int | None,
+    group_concurrency: int | None,
+) -> None:
+    """Change QUEUE's cluster-wide limits now (workers apply them to their next claim)."""
+    app = open_app(dsn, embedded)
+    current = {q["queue"]: q for q in app.queue_summary()}.get(queue, {})
+    new_c = current.get("concurrency") if concurrency is None else (concurrency or None)
+    new_g = (
+        current.get("group_concurrency")
+        if group_concurrency is None
+        else (group_concurrency or None)
+    )
+    app.set_limits(queue, concurrency=new_c, group_concurrency=new_g)
+    click.echo(
+        f"queue {queue}: concurrency {new_c or 'unlimited'}, "
+        f"group_concurrency {new_g or 'unlimited'}"
+    )
+
+
+@queues.command("groups")
+@db_options
+@click.option("--queue")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
+@json_option
+def queues_groups(
+    dsn: str | None, embedded: bool, queue: str | None, limit: int, as_json: bool
+) -> None:
+    """The busiest groups: running (valid leases) and queued counts."""
+    rows = open_app(dsn, embedded).groups(queue, limit)
+    if as_json:
+        echo_json(rows)
+    else:
+        table(rows, ["queue", "group_key", "running", "queued", "deferred", "last_claimed_at"])
 
 
 @cli.command()
@@ -449,12 +524,144 @@ def demo(dsn: str | None, count: int) -> None:
     demo_module.run(dsn, count)
 
 
+# -- schedules, retention, stats -------------------------------------------------------
+
+SCHEDULE_COLUMNS = [
+    "name",
+    "cron",
+    "tz",
+    "task",
+    "queue",
+    "enabled",
+    "paused",
+    "next_fire_at",
+    "last_fire_at",
+    "last_run_id",
+    "last_run_state",
+]
+
+
+@cli.group(invoke_without_command=True)
+@db_options
+@json_option
+@click.pass_context
+def schedules(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool) -> None:
+    """Cron schedules (or: pause / resume / trigger one)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = open_app(dsn, embedded).list_schedules()
+    if as_json:
+        echo_json(rows)
+    else:
+        table(rows, SCHEDULE_COLUMNS)
+
+
+@schedules.command("pause")
+@db_options
+@click.argument("name")
+def schedules_pause(dsn: str | None, embedded: bool, name: str) -> None:
+    """Stop NAME from firing until resumed."""
+    open_app(dsn, embedded).pause_schedule(name)
+    click.echo(f"schedule {name} paused")
+
+
+@schedules.command("resume")
+@db_options
+@click.argument("name")
+def schedules_resume(dsn: str | None, embedded: bool, name: str) -> None:
+    """Let NAME fire again, from its next tick (ticks missed while paused are skipped)."""
+    open_app(dsn, embedded).resume_schedule(name)
+    click.echo(f"schedule {name} resumed")
+
+
+@schedules.command("trigger")
+@db_options
+@click.argument("name")
+@json_option
+def schedules_trigger(dsn: str | None, embedded: bool, name: str, as_json: bool) -> None:
+    """Enqueue one run of NAME now, outside its cron."""
+    handle = open_app(dsn, embedded).trigger_schedule(name)
+    if as_json:
+        echo_json({"id": handle.id})
+    else:
+        click.echo(f"run {handle.id} enqueued")
+
+
+@cli.command()
+@db_options
+@click.option(
+    "--older-than", required=True, help="Finished before this long ago: 7d, 12h, 30m, 1d12h..."
+)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(list(retention.FINISHED_STATES)),
+    help="Only runs in this state (repeatable; default: every finished state).",
+)
+@click.option("--events", is_flag=True, help="Also delete events created before then.")
+@json_option
+def prune(
+    dsn: str | None,
+    embedded: bool,
+    older_than: str,
+    states: tuple[str, ...],
+    events: bool,
+    as_json: bool,
+) -> None:
+    """Delete finished runs (with their steps and errors) older than --older-than."""
+    age = retention.parse_duration(older_than)
+    deleted = open_app(dsn, embedded).prune(
+        age, states=states or retention.FINISHED_STATES, events=events
+    )
+    if as_json:
+        echo_json(deleted)
+    else:
+        click.echo("deleted " + ", ".join(f"{n} {what}" for what, n in deleted.items()))
+
+
+@cli.command()
+@db_options
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.1))
+@json_option
+def stats(dsn: str | None, embedded: bool, watch: bool, interval: float, as_json: bool) -> None:
+    """Queues, rates, latencies and live workers (pgqueue.queue_stats, workers_live)."""
+    from pgqueue import stats as stats_view
+
+    app = open_app(dsn, embedded)
+    try:
+        while True:
+            with app.connection() as conn:
+                snap = stats_view.snapshot(conn)
+            if as_json:
+                echo_json(snap)
+            else:
+                if watch:
+                    click.clear()
+                click.echo(stats_view.render(snap))
+            if not watch:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
 # -- entry point ------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(
+    argv: list[str] | None = None,
+    *,
+    prog_name: str = "pgqueue",
+    default_map: dict[str, Any] | None = None,
+) -> None:
+    """Run the CLI and exit. `default_map` gives option defaults per command (the Django
+    and Flask integrations pass their DSN and app this way)."""
     try:
-        rv = cli.main(args=argv, prog_name="pgqueue", standalone_mode=False)
+        rv = cli.main(
+            args=argv, prog_name=prog_name, standalone_mode=False, default_map=default_map
+        )
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

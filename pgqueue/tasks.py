@@ -41,9 +41,11 @@ def check_name(kind: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class EnqueueOptions:
-    """Per-enqueue overrides (see Task.options). None means: the task's default."""
+    """Per-enqueue overrides (see Task.options). None means: the task's default.
+    `conn`: a psycopg Connection to join with enqueue(), an AsyncConnection with
+    enqueue_async()."""
 
-    conn: psycopg.Connection[Any] | None = None
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None
     queue: str | None = None
     priority: int | None = None
     delay: float | timedelta | None = None
@@ -53,6 +55,20 @@ class EnqueueOptions:
     idempotency_key: str | None = None
     group: str | None = None
     parent_id: int | None = None
+
+    @property
+    def sync_conn(self) -> psycopg.Connection[Any] | None:
+        if isinstance(self.conn, psycopg.AsyncConnection):
+            raise TypeError("conn= is a psycopg.AsyncConnection: use enqueue_async()")
+        return self.conn
+
+    @property
+    def async_conn(self) -> psycopg.AsyncConnection[Any] | None:
+        if isinstance(self.conn, psycopg.Connection):
+            raise TypeError(
+                "conn= is a sync psycopg.Connection: use enqueue(), not enqueue_async()"
+            )
+        return self.conn
 
 
 @dataclass(frozen=True)
@@ -142,6 +158,14 @@ class Task(Generic[P, R]):
     def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         return BoundTask(self, EnqueueOptions()).enqueue_many(items)
 
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        return await BoundTask(self, EnqueueOptions()).enqueue_async(*args, **kwargs)
+
+    async def enqueue_many_async(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[RunHandle]:
+        return await BoundTask(self, EnqueueOptions()).enqueue_many_async(items)
+
     # -- used by enqueue and by the worker ------------------------------------------
 
     def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
@@ -199,11 +223,25 @@ class BoundTask(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         row = self.task.make_row(args, kwargs, self.opts)
-        return self.task.app.insert_runs([row], conn=self.opts.conn)[0]
+        return self.task.app.insert_runs([row], conn=self.opts.sync_conn)[0]
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        """enqueue() for asyncio code; joins `conn=` if it is a psycopg AsyncConnection."""
+        row = self.task.make_row(args, kwargs, self.opts)
+        return (await self.task.app.insert_runs_async([row], conn=self.opts.async_conn))[0]
 
     def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         """Enqueue many runs in one statement. Each item is an args tuple/list or a kwargs
         dict. An idempotency key, if set in options, would collide: use enqueue() per key."""
+        return self.task.app.insert_runs(self.make_rows(items), conn=self.opts.sync_conn)
+
+    async def enqueue_many_async(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[RunHandle]:
+        rows = self.make_rows(items)
+        return await self.task.app.insert_runs_async(rows, conn=self.opts.async_conn)
+
+    def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunRow]:
         if self.opts.idempotency_key is not None:
             raise ValueError("enqueue_many cannot share one idempotency_key across runs")
         rows = []
@@ -217,7 +255,7 @@ class BoundTask(Generic[P, R]):
                     f"enqueue_many items must be an args tuple/list or a kwargs dict, "
                     f"not {type(item).__name__}"
                 )
-        return self.task.app.insert_runs(rows, conn=self.opts.conn)
+        return rows
 
 
 def build_row(

@@ -7,6 +7,8 @@ lease keeper - renews all held leases in one statement; drops runs whose lease w
 rescuer      - takes back runs whose lease expired elsewhere
 stager       - promotes scheduled runs that are due
 listener     - LISTEN for new work and cancels
+scheduler    - enqueues the due ticks of cron schedules
+pruner       - deletes finished runs and events past their retention
 """
 
 from __future__ import annotations
@@ -19,25 +21,29 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import __version__, _sql, db, migrate
+from pgqueue import __version__, _sql, db, migrate, schedules
+from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.runs import TERMINAL_STATES
-from pgqueue.worker import _executor
+from pgqueue.worker import _executor, semaphores
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker._executor import Held
+from pgqueue.worker._pruner import Pruner
+from pgqueue.worker._scheduler import Scheduler
 from pgqueue.worker._service import DB_ERRORS
 from pgqueue.worker._stager import Stager
 from pgqueue.worker._threads import DaemonThreads
+from pgqueue.worker._transitions import Transitions
 from pgqueue.worker.leases import LeaseKeeper, Rescuer, WorkerPruner
 from pgqueue.worker.notifications import Listener
 
 if TYPE_CHECKING:
     from pgqueue.app import App
+    from pgqueue.metrics import WorkerMetrics
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -49,6 +55,8 @@ class Worker:
     lease_seconds   how long a claim stays valid without renewal (renewed every third)
     poll_interval   safety-net poll when no NOTIFY arrives (seconds)
     grace           at shutdown, how long running tasks may finish before release
+    retention       how long finished runs and events are kept (None: never prune)
+    metrics_port    serve Prometheus metrics on this port (needs pgqueue[metrics])
     """
 
     def __init__(
@@ -63,6 +71,8 @@ class Worker:
         stage_interval: float = 1.0,
         rescue_interval: float | None = None,
         install_signal_handlers: bool = True,
+        retention: Retention | None = DEFAULT_RETENTION,
+        metrics_port: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -77,11 +87,18 @@ class Worker:
         self.stage_interval = stage_interval
         self.rescue_interval = rescue_interval or min(5.0, self.lease_seconds / 2)
         self.install_signal_handlers = install_signal_handlers
+        self.retention = retention
+        self.metrics_port = metrics_port
+        self.transitions = Transitions(None)
         self.id = uuid.uuid4()
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
-        self.held: dict[int, Held] = {}
+        # Attempts this process holds, by lease token (a run retried onto this worker while
+        # an abandoned thread of its previous attempt still runs has two entries).
+        self.held: dict[uuid.UUID, Held] = {}
+        self.limited: set[str] = set()  # served queues with cluster-wide limits
         self.stats: Counter[str] = Counter()
-        self.pickup_seconds: list[float] = []
+        # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
+        self.pickup_seconds: deque[float] = deque(maxlen=10_000)
         self.threads = DaemonThreads(concurrency)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -116,14 +133,12 @@ class Worker:
 
     def lose(self, run_id: int, why: str) -> None:
         """Stop a run we hold without writing its outcome: the lease is no longer ours."""
-        held = self.held.get(run_id)
-        if held is None or held.submitted or held.lost:
+        held = next((h for h in self.held.values() if h.id == run_id and not h.submitted), None)
+        if held is None or held.lost:
             return
         log.warning("run %s (%s): stopping, %s", run_id, held.row["task"], why)
         held.lost = True
-        held.ctx._cancel.set()
-        if held.invocation is not None and not held.invocation.done():
-            held.invocation.cancel()
+        held.stop()
         self.stats["lost"] += 1
 
     # -- main -------------------------------------------------------------------------
@@ -132,10 +147,12 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        metrics = self._serve_metrics()
         dsn = self.app.dsn
         with db.connect(dsn) as conn:
             migrate.check(conn)
             self._register(conn)
+            schedules.sync(conn, self.app, self.queues)
         self._pool = AsyncConnectionPool(
             dsn,
             min_size=2,
@@ -150,13 +167,21 @@ class Worker:
         self.completer = Completer(self)
         self.stager = Stager(self)
         self.listener = Listener(self)
+        self.queue_limits = semaphores.QueueLimits(self)
+        await self.queue_limits.refresh()
         duties = [
+            self.queue_limits.run(),
             self.completer.run(),
             LeaseKeeper(self).run(),
             Rescuer(self).run(),
             WorkerPruner(self).run(),
             self.stager.run(),
+            Scheduler(self).run(),
         ]
+        if self.retention is not None:
+            duties.append(Pruner(self, self.retention).run())
+        if metrics is not None:
+            duties.append(self._collect_metrics(metrics))
         if self.app.notify:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
@@ -244,6 +269,14 @@ class Worker:
                 )
                 await self._sleep(delay)
                 continue
+            except Exception:
+                # A bug or an unexpected database error must not kill the worker and
+                # its running tasks: log it and try again later.
+                failures += 1
+                delay = min(30.0, 0.5 * 2**failures)
+                log.exception("claim failed; retrying in %.1fs", delay)
+                await self._sleep(delay)
+                continue
             if burst and not claimed and not self.held:
                 try:
                     staged, _ = await self.stager.stage()
@@ -274,13 +307,12 @@ class Worker:
             "worker_id": self.id,
             "lease_seconds": self.lease_seconds,
         }
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_sql.query("claim"), params)
-            rows = await cur.fetchall()
+        async with self.pool.connection() as conn:
+            rows = await semaphores.claim(conn, queue, params, queue in self.limited)
         rows.sort(key=lambda r: (r["priority"], r["id"]))
         for row in rows:
             held = Held(row["id"], row["lease_token"], row, self.app.make_context(row))
-            self.held[held.id] = held
+            self.held[held.lease_token] = held
             held.task = asyncio.create_task(self._execute(held))
             self.pickup_seconds.append(max(0.0, row["pickup_seconds"]))
         self.stats["claimed"] += len(rows)
@@ -288,30 +320,48 @@ class Worker:
 
     async def _execute(self, held: Held) -> None:
         try:
-            log.debug(
-                "run %s (%s) attempt %s started", held.id, held.row["task"], held.row["attempt"]
-            )
+            self.transitions.started(held)
             outcome = await _executor.attempt(self, held)
-            if outcome is not None and not held.lost:
+            if outcome is None or held.lost:
+                self.transitions.finished(held, None, False)
+            else:
                 held.submitted = True
                 written = await self.completer.submit(outcome)
                 self.stats[outcome.state if written else "fenced"] += 1
-                log.debug(
-                    "run %s -> %s%s",
-                    held.id,
-                    outcome.state,
-                    "" if written else " (rejected: lease lost)",
-                )
+                self.transitions.finished(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:
                     await _executor.run_hook(self, held, outcome)
             inv = held.invocation
-            if inv is not None and not inv.done():
-                await asyncio.wait([inv])  # a timed-out sync task still holds its thread
+            stopping = self._stop is not None and self._stop.is_set()
+            if inv is not None and not inv.done() and not stopping:
+                # A timed-out sync task still runs in its thread: the run has moved on,
+                # but this slot stays busy until the function returns. Not when stopping:
+                # a released run must not keep the process (and its thread) alive.
+                await asyncio.wait([inv])
         except Exception:
             log.exception("run %s: internal error in the worker", held.id)
         finally:
-            self.held.pop(held.id, None)
+            self.held.pop(held.lease_token, None)
             self.wake()
+
+    def _serve_metrics(self) -> WorkerMetrics | None:
+        if self.metrics_port is None:
+            return None
+        from pgqueue.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        metrics.serve(self.metrics_port)
+        self.transitions.metrics = metrics
+        return metrics
+
+    async def _collect_metrics(self, metrics: WorkerMetrics) -> None:
+        """Keep the queue depth gauges fresh; stop serving when the worker stops."""
+        from pgqueue.worker._metrics import QueueDepth
+
+        try:
+            await QueueDepth(self, metrics).run()
+        finally:
+            metrics.close()
 
     async def _drain(self) -> None:
         """Stop claiming; let running tasks finish within the grace period; release the
@@ -325,9 +375,7 @@ class Worker:
             log.warning("grace period over: releasing %d runs", len(leftover))
             for h in leftover:
                 h.released = True
-                h.ctx._cancel.set()
-                if h.invocation is not None and not h.invocation.done():
-                    h.invocation.cancel()
+                h.stop()
             releases = [Outcome(h.id, h.lease_token, "queued", refund=True) for h in leftover]
             written = await asyncio.wait_for(
                 asyncio.gather(*(self.completer.submit(o) for o in releases)), 10

@@ -1,0 +1,1 @@
+"""Integrations with web frameworks: pgqueue.contrib.django, pgqueue.contrib.flask."""

@@ -1,0 +1,38 @@
+"""pgqueue for Django: add "pgqueue.contrib.django" to INSTALLED_APPS. See docs/django.md.
+
+- enqueue inside transaction.atomic() joins Django's transaction (psycopg 3)
+- `manage.py pgqueue worker|migrate|runs|...`, a system check for the schema
+- PgQueueBackend for Django's tasks framework, an admin for runs
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.contrib.django.backend import PgQueueBackend
+    from pgqueue.contrib.django.transactions import enqueue_on_commit
+
+__all__ = ["PgQueueBackend", "enqueue_on_commit", "get_app"]
+
+
+def get_app() -> App:
+    """The project's pgqueue App (settings.PGQUEUE['APP']), configured from DATABASES."""
+    from pgqueue.contrib.django import conf
+
+    return conf.get_app()
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily: this package is imported while Django populates INSTALLED_APPS,
+    # before settings and models may be touched.
+    if name == "PgQueueBackend":
+        from pgqueue.contrib.django.backend import PgQueueBackend
+
+        return PgQueueBackend
+    if name == "enqueue_on_commit":
+        from pgqueue.contrib.django.transactions import enqueue_on_commit
+
+        return enqueue_on_commit
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

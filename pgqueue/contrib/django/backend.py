@@ -1,0 +1,279 @@
+"""A backend for Django's tasks framework (the `django_tasks` package on Django 5.2):
+
+    TASKS = {"default": {"BACKEND": "pgqueue.contrib.django.PgQueueBackend"}}
+
+`@task` functions then run on pgqueue workers (`manage.py pgqueue worker`), and their
+results come back through Django's API (`result.refresh()`, `my_task.get_result(id)`).
+OPTIONS: "APP" ("module:attr", default PGQUEUE['APP']), "MAX_ATTEMPTS" (default 3: a
+failed attempt is retried with backoff, its result READY again meanwhile).
+
+Each Django task becomes a pgqueue task named by its module path, registered on the App
+when the @task decorator runs (workers import every app's `tasks` module at start). A
+result's id is the pgqueue run id. Priorities map to pgqueue's (Django: higher first;
+pgqueue: lower first). Enqueue joins the current atomic block, as pgqueue's enqueue does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+from django_tasks import TaskContext, TaskResult, TaskResultStatus
+from django_tasks.backends.base import BaseTaskBackend
+from django_tasks.base import Task as DjangoTask
+from django_tasks.base import TaskError
+from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+from django_tasks.signals import task_enqueued, task_finished, task_started
+from django_tasks.utils import get_exception_traceback, get_module_path
+
+from pgqueue.app import App
+from pgqueue.context import Context
+from pgqueue.contrib.django import conf
+from pgqueue.errors import RunNotFound
+from pgqueue.runs import Run, RunHandle
+from pgqueue.tasks import BoundTask, Task
+
+STATUS = {
+    "scheduled": TaskResultStatus.READY,
+    "queued": TaskResultStatus.READY,
+    "waiting": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "succeeded": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "canceled": TaskResultStatus.FAILED,
+}
+MARK = "_pgqueue_django_task"  # on the function registered with pgqueue: the Django task
+
+
+class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    @property
+    def max_attempts(self) -> int | None:
+        value = self.options.get("MAX_ATTEMPTS")
+        return None if value is None else int(value)
+
+    @property
+    def app(self) -> App:
+        spec = self.options.get("APP")
+        return conf._load(spec) if spec else conf.get_app()
+
+    def validate_task(self, task: DjangoTask[Any, Any]) -> None:
+        super().validate_task(task)
+        if task.takes_context and inspect.iscoroutinefunction(task.func):
+            raise InvalidTaskError(
+                "pgqueue runs async Django tasks on the worker's event loop without a "
+                "TaskContext: drop takes_context, or make the function sync"
+            )
+        self.pgqueue_task(task)  # registered when @task runs, so workers know it
+
+    def pgqueue_task(self, task: DjangoTask[Any, Any]) -> Task[Any, Any]:
+        """The pgqueue task that runs `task` (registered on first use)."""
+        app, name = self.app, task.module_path
+        existing = app.tasks.get(name)
+        if existing is not None and getattr(existing.fn, MARK, None) is not None:
+            return existing
+        runner = _runner(task, self.alias)
+        # Sync runners take pgqueue's Context first (for the attempt and the signals), as
+        # workflows do; async ones cannot (workflows are sync).
+        register = app.task if inspect.iscoroutinefunction(runner) else app.workflow
+        registered: Task[Any, Any] = register(
+            name=name, queue=task.queue_name, priority=-task.priority
+        )(runner)
+        return registered
+
+    def _bound(self, task: DjangoTask[Any, Any]) -> BoundTask[Any, Any]:
+        self.validate_task(task)
+        options: dict[str, Any] = {
+            "queue": task.queue_name,
+            "priority": -task.priority,
+            "max_attempts": self.max_attempts,
+        }
+        if task.run_after is not None:
+            options["run_at"] = task.run_after
+        return self.pgqueue_task(task).options(**options)
+
+    def enqueue(self, task: DjangoTask[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        handle = self._bound(task).enqueue(*args, **kwargs)
+        return self._enqueued(task, handle, args, kwargs)
+
+    async def aenqueue(self, task: DjangoTask[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        handle = await self._bound(task).enqueue_async(*args, **kwargs)
+        return self._enqueued(task, handle, args, kwargs)
+
+    def _enqueued(
+        self, task: DjangoTask[Any, Any], handle: RunHandle, args: Any, kwargs: Any
+    ) -> TaskResult[Any]:
+        result: TaskResult[Any] = TaskResult(
+            task=task,
+            id=str(handle.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=datetime.now(UTC),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any]:
+        app = self.app
+        try:
+            run = app.get_run(int(result_id))
+        except (ValueError, RunNotFound):
+            raise TaskResultDoesNotExist(result_id) from None
+        task = self._django_task(run)
+        errors = [
+            TaskError(
+                exception_class_path=_exception_path(e["traceback"] or e["message"]),
+                traceback=e["traceback"] or e["message"],
+            )
+            for e in app.run_errors(run.id)
+            if e["kind"] != "retried"
+        ]
+        if run.state == "canceled":
+            errors.append(
+                TaskError(
+                    exception_class_path="pgqueue.errors.RunCanceled",
+                    traceback=f"run {run.id} was canceled",
+                )
+            )
+        result: TaskResult[Any] = TaskResult(
+            task=task,
+            id=str(run.id),
+            status=STATUS[run.state],
+            enqueued_at=run.created_at,
+            started_at=run.started_at,
+            last_attempted_at=run.started_at,
+            finished_at=run.finished_at,
+            args=run.args,
+            kwargs=run.kwargs,
+            backend=self.alias,
+            errors=errors,
+            worker_ids=[str(run.worker_id or "pgqueue")] * run.attempt,
+        )
+        object.__setattr__(result, "_return_value", run.result)
+        return result
+
+    def _django_task(self, run: Run) -> DjangoTask[Any, Any]:
+        registered = self.app.tasks.get(run.task)
+        task = getattr(registered.fn, MARK, None) if registered is not None else None
+        if task is None:
+            try:
+                task = import_string(run.task)
+            except ImportError:
+                task = None
+        if not isinstance(task, DjangoTask):
+            raise TaskResultDoesNotExist(f"run {run.id} ({run.task}) is not a Django task")
+        try:
+            return task.using(queue_name=run.queue, priority=-run.priority)
+        except InvalidTaskError:  # a queue or priority the settings no longer allow
+            return task
+
+
+def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
+    """The function pgqueue calls: the Django task's function, with Django's database
+    connections refreshed around it (as around a request) and the framework's signals."""
+    func = task.func
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            return await func(*args, **kwargs)
+
+        setattr(run_async, MARK, task)
+        return run_async
+
+    def run(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+        result = _running(task, alias, ctx)
+        close_old_connections()
+        task_started.send(PgQueueBackend, task_result=result)
+        try:
+            if task.takes_context:
+                value = func(TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = func(*args, **kwargs)
+        except BaseException as exc:
+            result.errors.append(
+                TaskError(
+                    exception_class_path=get_module_path(type(exc)),
+                    traceback=get_exception_traceback(exc),
+                )
+            )
+            _finish(result, TaskResultStatus.FAILED)
+            raise
+        else:
+            _finish(result, TaskResultStatus.SUCCESSFUL, value)
+            return value
+        finally:
+            close_old_connections()
+
+    run.__name__ = getattr(func, "__name__", "run")
+    run.__doc__ = func.__doc__
+    run.__signature__ = _signature(task)  # type: ignore[attr-defined]
+    setattr(run, MARK, task)
+    return run
+
+
+def _running(task: DjangoTask[Any, Any], alias: str, ctx: Context) -> TaskResult[Any]:
+    now = datetime.now(UTC)
+    return TaskResult(
+        task=task,
+        id=str(ctx.run_id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=now,
+        last_attempted_at=now,
+        finished_at=None,
+        args=ctx.args,
+        kwargs=ctx.kwargs,
+        backend=alias,
+        errors=[],
+        worker_ids=["pgqueue"] * ctx.attempt,
+    )
+
+
+def _finish(result: TaskResult[Any], status: TaskResultStatus, value: Any = None) -> None:
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", datetime.now(UTC))
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(PgQueueBackend, task_result=result)
+
+
+def _signature(task: DjangoTask[Any, Any]) -> inspect.Signature:
+    """(ctx, *the Django function's parameters but `context`): pgqueue drops ctx and checks
+    arguments against the rest at enqueue."""
+    signature = inspect.signature(task.func)
+    params = list(signature.parameters.values())[1 if task.takes_context else 0 :]
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_ONLY)
+    return signature.replace(parameters=[ctx, *params])
+
+
+_LAST_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+def _exception_path(text: str) -> str:
+    """The exception class of an error as Django's TaskError wants it ("module.Class"),
+    from the last line of a traceback or a "Class: message" error message."""
+    lines = text.strip().splitlines()
+    match = _LAST_LINE.match(lines[-1].strip()) if lines else None
+    if match is None:
+        return "builtins.Exception"
+    name = match.group(1)
+    if "." not in name:
+        return f"builtins.{name}" if hasattr(builtins, name) else "builtins.Exception"
+    return name

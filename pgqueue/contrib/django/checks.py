@@ -1,0 +1,77 @@
+"""System checks: the configuration (always) and the pgqueue schema (with the database
+checks, i.e. on `manage.py migrate` and `manage.py check --database default`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+from pgqueue import db, migrate
+from pgqueue.contrib.django import conf
+from pgqueue.contrib.django.transactions import is_psycopg3
+from pgqueue.errors import ConfigError
+
+MIGRATE_HINT = "Run `python manage.py pgqueue migrate` (in deploys, next to `manage.py migrate`)."
+
+
+def register() -> None:
+    checks.register(check_config)
+    checks.register(check_schema, checks.Tags.database)
+
+
+def check_config(
+    app_configs: Sequence[Any] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    try:
+        conf.get_app()
+        conf.database_dsn()
+    except (ImproperlyConfigured, ImportError, ConfigError) as exc:
+        return [checks.Error(str(exc), id="pgqueue.E001")]
+    alias = conf.database_alias()
+    if not is_psycopg3(alias):
+        return [
+            checks.Warning(
+                f"DATABASES[{alias!r}] runs on psycopg2: task.enqueue() inside "
+                "transaction.atomic() does not join the transaction.",
+                hint="Install psycopg 3 (pip install 'psycopg[binary]'), or enqueue with "
+                "pgqueue.contrib.django.enqueue_on_commit(task, ...).",
+                id="pgqueue.W001",
+            )
+        ]
+    return []
+
+
+def check_schema(
+    app_configs: Sequence[Any] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[checks.CheckMessage]:
+    alias = conf.database_alias()
+    if not databases or alias not in databases:
+        return []
+    try:
+        with db.connect(conf.database_dsn()) as conn:
+            found = migrate.current(conn)
+    except (ConfigError, ImproperlyConfigured) as exc:
+        return [checks.Warning(f"cannot check the pgqueue schema: {exc}", id="pgqueue.W002")]
+    wanted = migrate.head()
+    if found is None:
+        return [
+            checks.Warning(
+                f"the database of DATABASES[{alias!r}] has no pgqueue schema.",
+                hint=MIGRATE_HINT,
+                id="pgqueue.W003",
+            )
+        ]
+    if found != wanted:
+        return [
+            checks.Warning(
+                f"the pgqueue schema is at revision {found}; this pgqueue needs {wanted}.",
+                hint=MIGRATE_HINT,
+                id="pgqueue.W004",
+            )
+        ]
+    return []

@@ -1,0 +1,113 @@
+"""Settings: `PGQUEUE = {...}` in settings.py, all keys optional.
+
+APP       "module:attr" of your pgqueue.App (default: pgqueue.contrib.django.conf:default_app,
+          which the Django tasks backend uses)
+DATABASE  the DATABASES alias pgqueue uses and whose transactions enqueue joins ("default")
+DSN       a DSN to use instead of the alias's settings (rarely needed)
+NOTIFY    False for poolers in transaction mode (workers then poll)
+IMPORTS   modules the worker imports at start, to register tasks defined outside the
+          apps' `tasks` modules
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+from psycopg.conninfo import make_conninfo
+
+from pgqueue.app import App
+
+default_app = App()
+DEFAULT_APP_SPEC = "pgqueue.contrib.django.conf:default_app"
+
+
+def options() -> dict[str, Any]:
+    value = getattr(settings, "PGQUEUE", None) or {}
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            "settings.PGQUEUE must be a dict, e.g. {'APP': 'proj.tasks:app'}"
+        )
+    return value
+
+
+def database_alias() -> str:
+    alias: str = options().get("DATABASE", "default")
+    return alias
+
+
+def app_spec() -> str:
+    spec: str = options().get("APP") or DEFAULT_APP_SPEC
+    return spec
+
+
+@cache
+def _load(spec: str) -> App:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ImproperlyConfigured(
+            f"PGQUEUE['APP'] must look like 'module:attr' (e.g. 'myproj.tasks:app'), not {spec!r}"
+        )
+    app = getattr(importlib.import_module(module_name), attr, None)
+    if not isinstance(app, App):
+        raise ImproperlyConfigured(
+            f"PGQUEUE['APP'] = {spec!r} is not a pgqueue.App (found {type(app).__name__})"
+        )
+    return app
+
+
+def get_app() -> App:
+    """The project's pgqueue App (PGQUEUE['APP']), configured by the app's ready()."""
+    return _load(app_spec())
+
+
+def database_dsn(alias: str | None = None) -> str:
+    """A libpq DSN for a DATABASES alias: the same server, database, user and libpq
+    OPTIONS (sslmode, service...) as Django's own connections."""
+    if dsn := options().get("DSN"):
+        return str(dsn)
+    alias = alias or database_alias()
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        raise ImproperlyConfigured(
+            f"pgqueue needs PostgreSQL, but DATABASES[{alias!r}] is {connection.vendor}: "
+            "point PGQUEUE['DATABASE'] at a PostgreSQL alias"
+        )
+    params = connection.get_connection_params()
+    keywords = _libpq_keywords()
+    return make_conninfo(**{k: v for k, v in params.items() if k in keywords and v is not None})
+
+
+@cache
+def _libpq_keywords() -> frozenset[str]:
+    return frozenset(o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults())
+
+
+def setup() -> App:
+    """Configure the App from settings (the DSN of the alias, unless the App was given one;
+    NOTIFY) and let enqueues join Django's transactions on that alias."""
+    from pgqueue.contrib.django.transactions import DjangoTransactions
+
+    app = get_app()
+    if app._dsn is None:
+        app.configure(dsn=database_dsn())
+    if "NOTIFY" in options():
+        app.configure(notify=bool(options()["NOTIFY"]))
+    app.connection_provider = DjangoTransactions(database_alias())
+    return app
+
+
+def import_task_modules() -> None:
+    """What a worker does at start: import each installed app's `tasks` module, then
+    PGQUEUE['IMPORTS'], so that every task (and every @task of Django's tasks framework)
+    is registered before the first claim."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("tasks")
+    for name in options().get("IMPORTS", ()):
+        importlib.import_module(name)

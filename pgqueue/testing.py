@@ -1,0 +1,405 @@
+"""Helpers for your own test suite.
+
+- `drain(app)` runs every due run in this process with a real worker in burst mode, then
+  returns what happened: the tasks' effects are visible when it returns.
+- `assert_enqueued(app, task, *args, **kwargs)` / `assert_not_enqueued(...)` check that a
+  run of `task` with those arguments exists (or does not).
+- `with eager(app): ...` runs plain tasks at enqueue, in the calling thread, without a
+  worker and without touching pgqueue's tables: fast unit tests of code that enqueues.
+
+See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import threading
+import weakref
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgqueue import _json, _sql
+from pgqueue.app import App
+from pgqueue.context import Context
+from pgqueue.runs import Run, RunHandle, outcome
+from pgqueue.tasks import RunRow, Task
+
+__all__ = [
+    "EagerRunHandle",
+    "assert_enqueued",
+    "assert_not_enqueued",
+    "drain",
+    "drain_async",
+    "eager",
+]
+
+# -- drain --------------------------------------------------------------------------------
+
+
+def drain(
+    app: App,
+    *,
+    queues: Sequence[str] | None = None,
+    concurrency: int = 1,
+    timeout: float = 60.0,
+) -> Counter[str]:
+    """Run the app's due runs (committed ones: a worker has its own connections) until
+    nothing is due, with a real worker in this process. Returns counts of what happened
+    ("succeeded", "failed", "scheduled" for a retry later...). Runs due later (a delay, a
+    retry's backoff, a durable sleep) stay where they are.
+
+    Works from plain and from async tests (the worker gets a thread of its own)."""
+    worker = _burst_worker(app, queues, concurrency)
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run(burst=True)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="pgqueue-drain", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        worker.stop()
+        thread.join(30)
+        raise TimeoutError(
+            f"drain: runs were still due after {timeout:g}s (a task that keeps retrying?); "
+            f"so far: {dict(worker.stats)}"
+        )
+    if failure:
+        raise failure[0]
+    return Counter(worker.stats)
+
+
+async def drain_async(
+    app: App, *, queues: Sequence[str] | None = None, concurrency: int = 1
+) -> Counter[str]:
+    """drain() on the running event loop (async tasks then share the test's loop)."""
+    worker = _burst_worker(app, queues, concurrency)
+    await worker.run_async(burst=True)
+    return Counter(worker.stats)
+
+
+def _burst_worker(app: App, queues: Sequence[str] | None, concurrency: int) -> Any:
+    return app.worker(
+        queues=list(queues) if queues else None,
+        concurrency=concurrency,
+        install_signal_handlers=False,
+        poll_interval=0.05,
+        stage_interval=0.05,
+        grace=5.0,
+    )
+
+
+# -- assertions ---------------------------------------------------------------------------
+
+
+def assert_enqueued(app: App, task: Task[Any, Any] | str, /, *args: Any, **kwargs: Any) -> int:
+    """Assert that a run of `task` with exactly these arguments exists (in any state), and
+    return its id (the newest if several). With no arguments given, any run of `task`
+    matches. Inside a Django/Flask transaction that pgqueue joins, uncommitted runs count."""
+    matches, seen = _find(app, task, args, kwargs)
+    if not matches:
+        raise AssertionError(_describe(task, args, kwargs, seen, "no such run was enqueued"))
+    return matches[0]
+
+
+def assert_not_enqueued(app: App, task: Task[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    """Assert that no run of `task` with these arguments (any, if none given) exists."""
+    matches, seen = _find(app, task, args, kwargs)
+    if matches:
+        raise AssertionError(_describe(task, args, kwargs, seen, f"found run(s) {matches}"))
+
+
+def _find(
+    app: App, task: Task[Any, Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[int], list[tuple[int, str, Any, Any]]]:
+    name = task if isinstance(task, str) else task.name
+    what = f"the arguments expected for task {name!r}"
+    args_text = _json.dumps(list(args), what=what)
+    kwargs_text = _json.dumps(kwargs, what=what)
+    anything = not args and not kwargs
+    params = {
+        "task": name,
+        "any": anything,
+        "args": args_text,
+        "kwargs": kwargs_text,
+        "limit": 50,
+    }
+    with app.connection(app.caller_connection()) as c, c.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_sql.query("testing_find_runs"), params).fetchall()
+    matches = [r["id"] for r in rows if r["matches"]]
+    seen = [(r["id"], r["state"], json.loads(r["args"]), json.loads(r["kwargs"])) for r in rows]
+    want_args, want_kwargs = json.loads(args_text), json.loads(kwargs_text)
+    for run in reversed(_eager_runs(app)):
+        if run.task != name:
+            continue
+        if anything or (run.args == want_args and run.kwargs == want_kwargs):
+            matches.append(run.id)
+        seen.append((run.id, f"{run.state}, eager", run.args, run.kwargs))
+    return matches, seen
+
+
+def _describe(
+    task: Task[Any, Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    seen: list[tuple[int, str, Any, Any]],
+    verdict: str,
+) -> str:
+    name = task if isinstance(task, str) else task.name
+    wanted = "any arguments" if not args and not kwargs else f"args={list(args)} kwargs={kwargs}"
+    lines = [f"run of task {name!r} with {wanted}: {verdict}."]
+    if seen:
+        lines.append(f"Runs of {name!r} (newest first):")
+        lines += [f"  #{i} ({state}) args={a} kwargs={k}" for i, state, a, k in seen[:10]]
+    else:
+        lines.append(f"No run of {name!r} exists.")
+    return "\n".join(lines)
+
+
+# -- eager mode ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EagerRunHandle(RunHandle):
+    """What enqueue returns in eager mode: the run already happened, in memory. Its id is
+    negative (it was never a row of pgqueue.runs), so app.get_run() does not know it; use
+    handle.get() and handle.wait()."""
+
+    run: Run | None = None
+
+    def get(self) -> Run:
+        assert self.run is not None
+        return self.run
+
+    async def get_async(self) -> Run:
+        return self.get()
+
+    def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        return outcome(self.get())
+
+    async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        return outcome(self.get())
+
+
+class _EagerLog:
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self._ids = 0
+        self._lock = threading.Lock()
+
+    def next_id(self) -> int:
+        with self._lock:
+            self._ids -= 1
+            return self._ids
+
+    def by_key(self, app: App, row: RunRow) -> EagerRunHandle | None:
+        """The earlier eager run holding this idempotency key, as enqueue would find it."""
+        for run in self.runs:
+            if row.idempotency_key is not None and run.idempotency_key == row.idempotency_key:
+                return EagerRunHandle(run.id, app, created=False, run=run)
+        return None
+
+
+_logs: weakref.WeakKeyDictionary[App, _EagerLog] = weakref.WeakKeyDictionary()
+
+
+def _eager_runs(app: App) -> list[Run]:
+    log = _logs.get(app)
+    return list(log.runs) if log is not None else []
+
+
+@contextlib.contextmanager
+def eager(app: App, *, propagate: bool = True) -> Iterator[list[Run]]:
+    """Within the block, enqueueing a plain task runs it at once, in this thread, with its
+    arguments after a JSON round trip (as a worker would see them); nothing is written to
+    pgqueue's tables. Yields the list of runs executed so far.
+
+    `propagate=True` re-raises a task's exception from enqueue (the run is recorded
+    `failed` either way). Delays and run_at are ignored; there are no retries. Workflows,
+    child runs and tasks this app does not register are enqueued for real: run them with
+    drain(). A task runs at enqueue even inside a transaction that later rolls back."""
+    if app in _logs:
+        raise RuntimeError("eager() is already active for this app")
+    log = _logs[app] = _EagerLog()
+    original, original_async = app.insert_runs, app.insert_runs_async
+
+    def insert_runs(
+        rows: Sequence[RunRow], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[RunHandle]:
+        real = [r for r in rows if not _runs_eagerly(app, r)]
+        inserted = iter(original(real, conn=conn) if real else [])
+        return [
+            _run_eagerly(app, log, r, propagate) if _runs_eagerly(app, r) else next(inserted)
+            for r in rows
+        ]
+
+    async def insert_runs_async(
+        rows: Sequence[RunRow], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[RunHandle]:
+        real = [r for r in rows if not _runs_eagerly(app, r)]
+        inserted = iter(await original_async(real, conn=conn) if real else [])
+        out: list[RunHandle] = []
+        for r in rows:
+            if _runs_eagerly(app, r):
+                out.append(await _run_eagerly_async(app, log, r, propagate))
+            else:
+                out.append(next(inserted))
+        return out
+
+    app.insert_runs = insert_runs  # type: ignore[method-assign]
+    app.insert_runs_async = insert_runs_async  # type: ignore[method-assign]
+    try:
+        yield log.runs
+    finally:
+        del app.insert_runs, app.insert_runs_async
+        _logs.pop(app, None)
+
+
+def _runs_eagerly(app: App, row: RunRow) -> bool:
+    task = app.tasks.get(row.task)
+    return task is not None and not task.workflow and row.parent_id is None
+
+
+def _run_eagerly(app: App, log: _EagerLog, row: RunRow, propagate: bool) -> EagerRunHandle:
+    if (earlier := log.by_key(app, row)) is not None:
+        return earlier
+    task, ctx, args, kwargs = _prepare(app, log, row)
+    try:
+        result = _call_sync(task.fn, args, kwargs)
+    except Exception as exc:
+        return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
+    return _finish(app, log, task, ctx, row, result=result, propagate=propagate)
+
+
+async def _run_eagerly_async(
+    app: App, log: _EagerLog, row: RunRow, propagate: bool
+) -> EagerRunHandle:
+    if (earlier := log.by_key(app, row)) is not None:
+        return earlier
+    task, ctx, args, kwargs = _prepare(app, log, row)
+    try:
+        if task.is_async:
+            result = await task.fn(*args, **kwargs)
+        else:
+            result = task.fn(*args, **kwargs)
+    except Exception as exc:
+        return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
+    return _finish(app, log, task, ctx, row, result=result, propagate=propagate)
+
+
+def _prepare(
+    app: App, log: _EagerLog, row: RunRow
+) -> tuple[Task[Any, Any], Context, list[Any], dict[str, Any]]:
+    task = app.tasks[row.task]
+    args, kwargs = _json.loads(row.args), _json.loads(row.kwargs)
+    ctx = Context(
+        run_id=log.next_id(),
+        task=row.task,
+        queue=row.queue,
+        attempt=1,
+        max_attempts=row.max_attempts,
+        args=args,
+        kwargs=kwargs,
+    )
+    return task, ctx, args, kwargs
+
+
+def _finish(
+    app: App,
+    log: _EagerLog,
+    task: Task[Any, Any],
+    ctx: Context,
+    row: RunRow,
+    *,
+    result: Any = None,
+    exc: Exception | None = None,
+    propagate: bool,
+) -> EagerRunHandle:
+    error = None
+    if exc is None:
+        try:
+            text = _json.dumps(
+                result, what=f"the result of task {task.name!r}", limit=app.max_payload_bytes
+            )
+            result = _json.loads(text)
+        except (TypeError, ValueError) as bad:
+            exc, result = bad, None
+    if exc is not None:
+        error = f"{type(exc).__name__}: {exc}"
+    run = _make_run(ctx, row, result=result, error=error)
+    log.runs.append(run)
+    hook = task.on_success if exc is None else task.on_failure
+    if hook is not None:
+        value = result if exc is None else error
+        with contextlib.suppress(Exception):
+            _call_sync(hook, [ctx, value], {})
+    if exc is not None and propagate:
+        exc.add_note(f"(raised by task {task.name!r}, run eagerly by pgqueue.testing.eager)")
+        raise exc
+    return EagerRunHandle(ctx.run_id, app, run=run)
+
+
+def _make_run(ctx: Context, row: RunRow, *, result: Any, error: str | None) -> Run:
+    now = datetime.now(UTC)
+    known: dict[str, Any] = {
+        "id": ctx.run_id,
+        "task": row.task,
+        "queue": row.queue,
+        "state": "failed" if error else "succeeded",
+        "priority": row.priority,
+        "args": ctx.args,
+        "kwargs": ctx.kwargs,
+        "result": result,
+        "error": error,
+        "attempt": 1,
+        "max_attempts": row.max_attempts,
+        "timeout_seconds": row.timeout_seconds,
+        "group_key": row.group_key,
+        "idempotency_key": row.idempotency_key,
+        "parent_id": row.parent_id,
+        "run_at": now,
+        "created_at": now,
+        "started_at": now,
+        "finished_at": now,
+    }
+    return Run.from_row(defaultdict(lambda: None, known))  # fields added later: None
+
+
+def _call_sync(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call fn; an async one runs to completion on a loop of its own (on a helper thread
+    when this thread already runs a loop)."""
+    if not asyncio.iscoroutinefunction(fn):
+        return fn(*args, **kwargs)
+    call = functools.partial(fn, *args, **kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call())
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append((True, asyncio.run(call())))
+        except BaseException as exc:
+            box.append((False, exc))
+
+    thread = threading.Thread(target=target, name="pgqueue-eager")
+    thread.start()
+    thread.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value

@@ -1,0 +1,88 @@
+"""The asyncio API: enqueue_async, wait_async, get_run_async, joined AsyncConnections."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgqueue
+from tests.helpers import InProcessWorker, scalar
+
+
+@pytest.fixture
+def double(app: pgqueue.App) -> pgqueue.Task[Any, Any]:
+    @app.task(name="double", queue="math")
+    async def double(x: int) -> int:
+        return x * 2
+
+    return double
+
+
+def test_enqueue_wait_and_get_async(app: pgqueue.App, double: Any) -> None:
+    async def main() -> tuple[Any, pgqueue.Run, list[int]]:
+        h = await double.enqueue_async(21)
+        many = await double.enqueue_many_async([(1,), {"x": 2}])
+        result = await h.wait_async(timeout=10)
+        results = await asyncio.gather(*(m.wait_async(timeout=10) for m in many))
+        return result, await app.get_run_async(h.id), results
+
+    with InProcessWorker(app, queues=["math"]):
+        result, run, results = asyncio.run(main())
+    assert (result, run.state, run.result, run.queue, results) == (
+        42,
+        "succeeded",
+        42,
+        "math",
+        [2, 4],
+    )
+
+
+def test_async_calls_from_several_event_loops(app: pgqueue.App, double: Any) -> None:
+    """Each asyncio.run() is a new loop: the App opens a pool on each."""
+    ids = [asyncio.run(double.enqueue_async(i)).id for i in range(3)]
+    assert [asyncio.run(app.get_run_async(i)).args for i in ids] == [[0], [1], [2]]
+
+    async def close() -> None:
+        await app.aclose()
+
+    asyncio.run(close())
+
+
+def test_enqueue_async_joins_an_async_transaction(app: pgqueue.App, double: Any, dsn: str) -> None:
+    async def main() -> int:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            async with conn.transaction(force_rollback=True):
+                await double.options(conn=conn).enqueue_async(1)
+                assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 0  # not committed
+            async with conn.transaction():
+                h = await double.options(conn=conn, idempotency_key="once").enqueue_async(2)
+                again = await double.options(conn=conn, idempotency_key="once").enqueue_async(2)
+                assert (h.created, again.created, again.id) == (True, False, h.id)
+            return h.id
+
+    run_id = asyncio.run(main())
+    assert scalar(dsn, "SELECT array_agg(id) FROM pgqueue.runs") == [run_id]
+
+
+def test_async_errors_say_what_to_do(app: pgqueue.App, double: Any, dsn: str) -> None:
+    async def main() -> None:
+        with pytest.raises(pgqueue.RunNotFound):
+            await app.get_run_async(999_999)
+        with pytest.raises(TimeoutError, match="still queued"):
+            await (await double.enqueue_async(1)).wait_async(timeout=0.2, poll_interval=0.05)
+        with (
+            psycopg.connect(dsn) as sync_conn,
+            pytest.raises(TypeError, match="use enqueue\\(\\)"),
+        ):
+            await double.options(conn=sync_conn).enqueue_async(1)
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            with pytest.raises(TypeError, match="use enqueue_async"):
+                double.options(conn=aconn).enqueue(1)
+        broken = pgqueue.App("postgresql://nobody@127.0.0.1:1/nothing")
+        with pytest.raises(pgqueue.ConfigError, match="cannot connect"):
+            await broken.get_run_async(1)
+
+    asyncio.run(main())

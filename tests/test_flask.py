@@ -1,0 +1,157 @@
+"""pgqueue.contrib.flask, tested through the example app (examples/flask_app/signup.py):
+Flask's test client in this process, `flask pgqueue worker` as a real process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("flask")
+pytest.importorskip("flask_sqlalchemy")
+
+from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy import URL
+
+from pgqueue import migrate
+from tests.helpers import scalar
+from tests.webapps import EXAMPLES, Databases, run_command
+
+APP_DIR = EXAMPLES / "flask_app"
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """postgresql+psycopg:// URL of a libpq DSN (a socket directory goes in the query)."""
+    p = conninfo_to_dict(dsn)
+    host, port = str(p.get("host", "")), str(p.get("port", "5432"))
+    on_socket = host.startswith("/")
+    url = URL.create(
+        "postgresql+psycopg",
+        username=str(p.get("user", "")) or None,
+        password=str(p.get("password", "")) or None,
+        host=None if on_socket else host,
+        port=None if on_socket else int(port),
+        database=str(p["dbname"]),
+        query={"host": host, "port": port} if on_socket else {},
+    )
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="module")
+def template(postgresql_noproc: Any) -> Iterator[tuple[Databases, str]]:
+    if str(APP_DIR) not in sys.path:
+        sys.path.insert(0, str(APP_DIR))
+    import signup
+
+    databases = Databases(postgresql_noproc)
+    name = databases.create("pgqueue_flask_tpl")
+    dsn = databases.dsn(name)
+    migrate.upgrade(dsn)
+    app = signup.create_app({"SQLALCHEMY_DATABASE_URI": sqlalchemy_url(dsn)})
+    with app.app_context():
+        signup.db.create_all()
+        signup.db.engine.dispose()
+    signup.tasks.close()
+    try:
+        yield databases, name
+    finally:
+        databases.drop(name)
+
+
+@pytest.fixture
+def site(template: tuple[Databases, str]) -> Iterator[tuple[Any, str]]:
+    """The example app on a fresh copy of the template database."""
+    import signup
+
+    databases, template_name = template
+    name = databases.create("pgqueue_flask", template=template_name)
+    dsn = databases.dsn(name)
+    app = signup.create_app({"SQLALCHEMY_DATABASE_URI": sqlalchemy_url(dsn)})
+    try:
+        yield app, dsn
+    finally:
+        with app.app_context():
+            signup.db.engine.dispose()
+        signup.tasks.close()
+        databases.drop(name)
+
+
+def flask_cli(dsn: str, *args: str) -> str:
+    done = run_command(
+        ["-m", "flask", "--app", "signup", "pgqueue", *args],
+        cwd=APP_DIR,
+        env={"DATABASE_URL": sqlalchemy_url(dsn)},
+    )
+    return done.stdout
+
+
+def test_signup_commits_user_and_run_together_then_a_worker_runs_it(site: tuple[Any, str]) -> None:
+    app, dsn = site
+    client = app.test_client()
+    response = client.post("/signup", data={"email": "ann@example.com"})
+    assert response.status_code == 201, response.data
+    user, run = response.json["user"], response.json["run"]
+    assert scalar(dsn, 'SELECT email FROM "user" WHERE id = %s', (user,)) == "ann@example.com"
+    assert scalar(dsn, "SELECT state FROM pgqueue.runs WHERE id = %s", (run,)) == "queued"
+
+    flask_cli(dsn, "worker", "--burst", "--log-level", "WARNING")
+
+    assert client.get(f"/users/{user}").json["welcomed_at"] is not None
+    assert scalar(dsn, "SELECT result FROM pgqueue.runs WHERE id = %s", (run,)) == (
+        "welcomed ann@example.com"
+    )
+    listed = json.loads(flask_cli(dsn, "runs", "list", "--json"))
+    assert [(r["id"], r["state"]) for r in listed] == [(run, "succeeded")]
+
+
+def test_a_request_that_fails_after_enqueue_leaves_neither_user_nor_run(
+    site: tuple[Any, str],
+) -> None:
+    app, dsn = site
+    app.config["PROPAGATE_EXCEPTIONS"] = False
+    response = app.test_client().post("/signup", data={"email": "bob@example.com", "fail": "1"})
+    assert response.status_code == 500
+    assert scalar(dsn, 'SELECT count(*) FROM "user"') == 0
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 0
+
+
+def test_config_session_joining_and_migrate_command(
+    site: tuple[Any, str], template: tuple[Databases, str]
+) -> None:
+    import signup
+
+    app, dsn = site
+    # The DSN came from SQLALCHEMY_DATABASE_URI.
+    assert conninfo_to_dict(signup.tasks.dsn)["dbname"] == conninfo_to_dict(dsn)["dbname"]
+    with app.app_context():
+        alone = signup.send_welcome.enqueue(1)  # no session transaction: committed at once
+        signup.db.session.add(signup.User(email="cy@example.com"))
+        joined = signup.send_welcome.enqueue(2)  # joins the session's transaction
+        assert scalar(dsn, "SELECT array_agg(id) FROM pgqueue.runs") == [alone.id]
+        signup.db.session.rollback()
+    assert scalar(dsn, "SELECT array_agg(id) FROM pgqueue.runs") == [alone.id]
+    assert joined.id != alone.id
+    # Without joining, enqueue commits at once even inside a session transaction.
+    other = signup.create_app(
+        {"SQLALCHEMY_DATABASE_URI": sqlalchemy_url(dsn), "PGQUEUE_JOIN_SESSION": False}
+    )
+    with other.app_context():
+        signup.db.session.add(signup.User(email="dee@example.com"))
+        signup.send_welcome.enqueue(3)
+        signup.db.session.rollback()
+        signup.db.engine.dispose()
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 2
+
+    databases, _ = template
+    empty = databases.create("pgqueue_flask_empty")
+    try:
+        out = flask_cli(databases.dsn(empty), "migrate")
+        assert f"revision {migrate.head()}" in out
+        assert scalar(databases.dsn(empty), "SELECT version_num FROM pgqueue.alembic_version") == (
+            migrate.head()
+        )
+    finally:
+        databases.drop(empty)
