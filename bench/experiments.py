@@ -1,0 +1,485 @@
+"""A/B experiments behind the suggestions in RESULTS.md: each one measures the current
+core against a variant written here (the core is not modified), interleaved in the same
+database so that machine noise hits both sides alike.
+
+    python -m bench.experiments all
+    python -m bench.experiments claim-any drain-pipeline server-cpu enqueue-jsonb startup \
+        python-costs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import timeit
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from bench import apps
+from bench.cases import _outcomes, explain_prepared
+from bench.common import (
+    DEFAULT_SERVER,
+    ROOT,
+    Conn,
+    Scratch,
+    bulk_load,
+    subprocess_env,
+    vacuum_analyze,
+    worker_command,
+)
+from pgqueue import _sql, tasks
+
+# -- claim: join the picked CTE, or = ANY(ARRAY(...)) ------------------------------------------
+
+CLAIM_JOIN = "  FROM picked\n WHERE r.id = picked.id"
+CLAIM_ANY = " WHERE r.id = ANY (ARRAY(SELECT id FROM picked))"
+
+
+def claim_any_variant() -> str:
+    query = _sql.query("claim")
+    if CLAIM_JOIN not in query:
+        raise RuntimeError("claim.sql changed shape: update bench/experiments.py")
+    return query.replace(CLAIM_JOIN, CLAIM_ANY)
+
+
+@dataclass
+class Latencies:
+    values: list[float] = field(default_factory=list)
+
+    def p(self, q: float) -> float:
+        ordered = sorted(self.values)
+        return 1000 * ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def _claim_cycle(conn: Conn, query: str, params: dict[str, Any], out: Latencies) -> int:
+    t0 = time.perf_counter()
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query, params).fetchall()
+    out.values.append(time.perf_counter() - t0)
+    if rows:
+        conn.execute(_sql.query("complete"), _outcomes(rows, params["worker_id"])).fetchall()
+    return len(rows)
+
+
+def claim_any(scratch: Scratch, background: int = 500_000, claims: int = 3000) -> None:
+    """claim.sql vs the same statement with `WHERE r.id = ANY (ARRAY(SELECT id FROM
+    picked))` instead of joining the CTE: plans (custom/generic) and claim latency; and
+    that variant with plan_cache_mode=force_generic_plan on its session (no re-planning
+    per claim), which is only safe because its generic plan is good."""
+    print(f"== claim-any: {background:,} queued in another queue, LIMIT 10")
+    scratch.fresh()
+    variant = claim_any_variant()
+    sides = {
+        "claim.sql": _sql.query("claim"),
+        "ANY(ARRAY)": variant,
+        "ANY(ARRAY), generic": variant,
+    }
+    conns = {name: scratch.connect() for name in sides}
+    try:
+        a = conns["claim.sql"]
+        conns["ANY(ARRAY), generic"].execute("SET plan_cache_mode = force_generic_plan")
+        bulk_load(a, background, queue=apps.OTHER_QUEUE)
+        bulk_load(a, claims * 10 * len(sides) + 1000)
+        vacuum_analyze(a)
+        params = {"queue": "bench", "limit": 10, "worker_id": uuid.uuid4(), "lease_seconds": 30.0}
+        for name, query in list(sides.items())[:2]:
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                with a.transaction(force_rollback=True):
+                    text = explain_prepared(a, query, params, mode)
+                keep = [
+                    line.strip()
+                    for line in text.splitlines()
+                    if "Time:" in line or "Seq Scan" in line or "Hash Join" in line
+                ]
+                print(f"  {name:20s} {mode:19s} {'; '.join(keep)}")
+        lat = {name: Latencies() for name in sides}
+        names = list(sides)
+        for i in range(claims // 50):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                for _ in range(50):
+                    _claim_cycle(conns[name], sides[name], params, lat[name])
+        for name, conn in conns.items():
+            plans = conn.execute(
+                "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%FOR UPDATE SKIP LOCKED%%'"
+            ).fetchone()
+            values = Latencies(lat[name].values[10:])
+            print(
+                f"  {name:20s} p50 {values.p(50):.3f} ms  p90 {values.p(90):.3f} ms  mean "
+                f"{1000 * statistics.mean(values.values):.3f} ms  (generic, custom) plans "
+                f"({plans[0] if plans else '?'}, {plans[1] if plans else '?'})"
+            )
+    finally:
+        for conn in conns.values():
+            conn.close()
+        scratch.drop()
+
+
+# -- drain: claim then complete, or both in one round trip -----------------------------------
+
+
+def drain_pipeline(scratch: Scratch, n: int = 30_000, batches: Sequence[int] = (10, 100)) -> None:
+    """The SQL a worker needs per batch, on one connection: claim.sql then complete.sql
+    one after the other (what the worker's loop amounts to for no-op tasks), against
+    completing batch k and claiming batch k+1 in the same round trip (psycopg pipeline
+    mode), which is what overlapping claims and completions would buy."""
+    print(f"== drain-pipeline: {n:,} runs per side")
+    for batch in batches:
+        scratch.fresh()
+        with scratch.connect() as a, scratch.connect() as b:
+            bulk_load(a, n, queue="seq")
+            bulk_load(a, n, queue="pipe")
+            vacuum_analyze(a)
+            seq, pipe = _Drain(a, "seq", batch), _Drain(b, "pipe", batch)
+            turn = 0
+            while not (seq.done and pipe.done):
+                sides: list[_Drain] = [seq, pipe] if turn % 2 == 0 else [pipe, seq]
+                for side in sides:
+                    if not side.done:
+                        side.run(20, pipelined=side is pipe)
+                turn += 1
+            print(
+                f"  batch {batch:4d}: sequential {seq.rate:8,.0f} runs/s   pipelined "
+                f"{pipe.rate:8,.0f} runs/s   ({pipe.rate / seq.rate:.2f}x)"
+            )
+    scratch.drop()
+
+
+class _Drain:
+    def __init__(self, conn: Conn, queue: str, batch: int) -> None:
+        self.conn = conn
+        self.worker_id = uuid.uuid4()
+        self.params = {
+            "queue": queue,
+            "limit": batch,
+            "worker_id": self.worker_id,
+            "lease_seconds": 30.0,
+        }
+        self.pending: list[dict[str, Any]] = []
+        self.done = False
+        self.count = 0
+        self.spent = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.spent
+
+    def run(self, cycles: int, *, pipelined: bool) -> None:
+        t0 = time.perf_counter()
+        claim, complete = _sql.query("claim"), _sql.query("complete")
+        wid = self.worker_id
+        for _ in range(cycles):
+            if not pipelined:
+                with self.conn.cursor(row_factory=dict_row) as cur:
+                    rows = cur.execute(claim, self.params).fetchall()
+                if rows:
+                    self.conn.execute(complete, _outcomes(rows, wid)).fetchall()
+            else:
+                with self.conn.pipeline(), self.conn.cursor(row_factory=dict_row) as cur:
+                    done = self.conn.execute(complete, _outcomes(self.pending, wid))
+                    cur.execute(claim, self.params)
+                    done.fetchall()
+                    rows = cur.fetchall()
+                self.count += len(self.pending)
+                self.pending = rows
+            if not pipelined:
+                self.count += len(rows)
+            if not rows and not self.pending:
+                self.done = True
+                break
+        self.spent += time.perf_counter() - t0
+
+
+def backend_cpu(conn: Conn) -> float:
+    """CPU seconds (user+sys) the server process of `conn` has used so far (/proc; the
+    bench runs on the database host)."""
+    pid = conn.info.backend_pid
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(scratch: Scratch, n: int = 30_000, batches: Sequence[int] = (10, 100, 500)) -> None:
+    """Where the time of the worker's SQL goes: claim.sql + complete.sql in a loop on one
+    connection (no task code), with the server process's CPU (from /proc) and this
+    client's CPU per run. The server's share is a floor no worker change removes."""
+    print(f"== server-cpu: drain {n:,} runs with claim.sql + complete.sql, per batch size")
+    for batch in batches:
+        scratch.fresh()
+        with scratch.connect() as conn:
+            bulk_load(conn, n)
+            vacuum_analyze(conn)
+            drain = _Drain(conn, "bench", batch)
+            cpu0, client0 = backend_cpu(conn), time.process_time()
+            while not drain.done:
+                drain.run(50, pipelined=False)
+            server = backend_cpu(conn) - cpu0
+            client = time.process_time() - client0
+        print(
+            f"  batch {batch:4d}: {drain.rate:7,.0f} runs/s; server CPU {1e6 * server / n:5.0f}"
+            f" us/run, client CPU {1e6 * client / n:5.0f} us/run, wall "
+            f"{1e6 * drain.spent / n:5.0f} us/run"
+        )
+    scratch.drop()
+
+
+# -- enqueue_many: 12 arrays + ON CONFLICT, or one JSON document --------------------------------
+
+JSONB_ENQUEUE = """
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS i (
+        task text, queue text, priority smallint, args jsonb, kwargs jsonb,
+        max_attempts integer, timeout_seconds double precision, group_key text,
+        run_at timestamptz, delay double precision, parent_id bigint)
+),
+inserted AS (
+    INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
+                              timeout_seconds, group_key, run_at, parent_id)
+    SELECT task, queue,
+           CASE WHEN coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second') > now()
+                THEN 'scheduled' ELSE 'queued' END,
+           priority, args, kwargs, max_attempts, timeout_seconds, coalesce(group_key, ''),
+           coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), parent_id
+    FROM input
+    RETURNING id, queue, state
+)
+SELECT id, (SELECT count(pg_notify('pgqueue_queued', q.queue))
+              FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') q)
+FROM inserted
+"""
+
+ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def _jsonb_batch(task: tasks.Task[Any, Any], items: Sequence[tuple[Any, ...]]) -> str:
+    """What a leaner enqueue_many could send: one JSON document of rows without
+    idempotency keys (rows with keys keep the ON CONFLICT path). Arguments are still
+    encoded per row so that the payload-size limit can be checked per run."""
+    head = ENCODER.encode(
+        {
+            "task": task.name,
+            "queue": task.queue,
+            "priority": task.priority,
+            "max_attempts": task.max_attempts,
+        }
+    )[:-1]
+    parts = [f'{head},"args":{ENCODER.encode(list(item))},"kwargs":{{}}}}' for item in items]
+    return "[" + ",".join(parts) + "]"
+
+
+def enqueue_jsonb(scratch: Scratch, batches: int = 60, batch: int = 1000) -> None:
+    """enqueue_many (current) against a prototype: one jsonb parameter, plain INSERT
+    (no ON CONFLICT for rows without an idempotency key), a reused JSON encoder."""
+    print(f"== enqueue-jsonb: {batches} x {batch:,} runs per side, interleaved")
+    dsn = scratch.fresh()
+    apps.app.configure(dsn=dsn)
+    items = [(i,) for i in range(batch)]
+    row_time = timeit.timeit(
+        lambda: [apps.noop.make_row(it, {}, tasks.EnqueueOptions()) for it in items], number=5
+    )
+    doc_time = timeit.timeit(lambda: _jsonb_batch(apps.noop, items), number=5)
+    print(
+        f"  client only: Task.make_row x{batch}: {1e6 * row_time / 5 / batch:.1f} us/run;"
+        f" prototype document: {1e6 * doc_time / 5 / batch:.1f} us/run"
+    )
+    spent = {"enqueue_many": 0.0, "prototype": 0.0}
+    with scratch.connect() as conn:
+        for _ in range(3):
+            apps.noop.enqueue_many(items)
+            conn.execute(JSONB_ENQUEUE, {"rows": _jsonb_batch(apps.noop, items)}).fetchall()
+        for i in range(batches):
+            order = ["enqueue_many", "prototype"] if i % 2 == 0 else ["prototype", "enqueue_many"]
+            for side in order:
+                t0 = time.perf_counter()
+                if side == "enqueue_many":
+                    apps.noop.enqueue_many(items)
+                else:
+                    doc = _jsonb_batch(apps.noop, items)
+                    conn.execute(JSONB_ENQUEUE, {"rows": doc}).fetchall()
+                spent[side] += time.perf_counter() - t0
+        total = batches * batch
+        a, b = total / spent["enqueue_many"], total / spent["prototype"]
+        print(f"  enqueue_many {a:9,.0f} runs/s   prototype {b:9,.0f} runs/s   ({b / a:.2f}x)")
+        for name, query, params in (
+            ("enqueue.sql", _sql.query("enqueue"), None),
+            ("prototype", JSONB_ENQUEUE, {"rows": _jsonb_batch(apps.noop, items)}),
+        ):
+            if params is None:
+                rows = [apps.noop.make_row(it, {}, tasks.EnqueueOptions()) for it in items]
+                params = _enqueue_params(rows)
+            with conn.transaction(force_rollback=True):
+                out = conn.execute("EXPLAIN (ANALYZE, TIMING OFF) " + query, params).fetchall()
+            print(f"  server side, {name:12s}: {out[-1][0]}")
+    apps.app.close()
+    scratch.drop()
+
+
+def _enqueue_params(rows: Sequence[tasks.RunRow]) -> dict[str, Any]:
+    from dataclasses import fields
+
+    params: dict[str, Any] = {f.name: [getattr(r, f.name) for r in rows] for f in fields(rows[0])}
+    params["notify"] = True
+    return params
+
+
+ON_CONFLICT = "    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING\n"
+FLOOR_INSERT = (
+    "INSERT INTO pgqueue.runs (task, queue, args)"
+    " SELECT 'bench.noop', 'bench', jsonb_build_array(g) FROM generate_series(1, 1000) g"
+)
+
+
+def enqueue_server(scratch: Scratch, rounds: int = 15, batch: int = 1000) -> None:
+    """Server-side execution time of inserting 1,000 runs (EXPLAIN ANALYZE, TIMING OFF,
+    rolled back, median of `rounds`, variants interleaved): enqueue.sql; enqueue.sql
+    without its ON CONFLICT clause (what rows without an idempotency key need); the
+    jsonb prototype; and a bare INSERT ... SELECT generate_series (the floor: heap,
+    indexes, constraints)."""
+    print(f"== enqueue-server: ms of server execution per {batch:,} rows, median of {rounds}")
+    scratch.fresh()
+    apps.app.configure(dsn=scratch.dsn)
+    items = [(i,) for i in range(batch)]
+    rows = [apps.noop.make_row(it, {}, tasks.EnqueueOptions()) for it in items]
+    params = _enqueue_params(rows)
+    query = _sql.query("enqueue")
+    if ON_CONFLICT not in query:
+        raise RuntimeError("enqueue.sql changed shape: update bench/experiments.py")
+    variants: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "enqueue.sql": (query, params),
+        "enqueue.sql without ON CONFLICT": (query.replace(ON_CONFLICT, ""), params),
+        "jsonb prototype": (JSONB_ENQUEUE, {"rows": _jsonb_batch(apps.noop, items)}),
+        "INSERT ... generate_series (floor)": (FLOOR_INSERT, None),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    with scratch.connect() as conn:
+        for _ in range(rounds):
+            for name, (text, args) in variants.items():
+                with conn.transaction(force_rollback=True):
+                    out = conn.execute("EXPLAIN (ANALYZE, TIMING OFF) " + text, args).fetchall()
+                times[name].append(float(out[-1][0].split()[2]))
+        indexes = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'pgqueue' AND tablename = 'runs'"
+        ).fetchone()
+    for name, values in times.items():
+        print(f"  {name:36s} {statistics.median(values):6.2f} ms")
+    print(f"  (pgqueue.runs has {indexes[0] if indexes else '?'} indexes)")
+    apps.app.close()
+    scratch.drop()
+
+
+# -- start-up --------------------------------------------------------------------------------
+
+
+def startup(scratch: Scratch) -> None:
+    """What a worker process pays before its first claim, and what `import pgqueue` costs
+    any producer."""
+    print("== startup")
+    dsn = scratch.fresh()
+    env = subprocess_env()
+    for code in (
+        "import pgqueue",
+        "import alembic.command, alembic.config, alembic.script",
+        "import psycopg, psycopg_pool",
+        "pass",
+    ):
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True)
+            times.append(time.perf_counter() - t0)
+        print(f"  python -c '{code}': {1000 * statistics.median(times):.0f} ms (median of 3)")
+    times, cpus = [], []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(worker_command(dsn, "bench", 10, burst=True), env=env, cwd=ROOT, check=True)
+        times.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    print(
+        f"  worker --burst on an empty queue, spawn to exit: {1000 * statistics.median(times):.0f}"
+        f" ms wall, {1000 * statistics.median(cpus):.0f} ms CPU (median of 3)"
+    )
+    scratch.drop()
+
+
+# -- per-run Python costs in the worker ------------------------------------------------------
+
+
+def python_costs() -> None:
+    """Per-run CPU of the pieces the worker runs for every claimed run (microbenchmarks,
+    no database)."""
+    print("== python-costs (us per call, best of 5)")
+    row = {
+        "id": 1,
+        "task": "bench.noop",
+        "queue": "bench",
+        "attempt": 1,
+        "max_attempts": 3,
+        "args": [1],
+        "kwargs": {},
+    }
+    task = apps.noop
+
+    async def make_tasks(k: int) -> None:
+        async def nothing() -> None:
+            return None
+
+        await asyncio.gather(*(asyncio.create_task(nothing()) for _ in range(k)))
+
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        ("threading.Event()", threading.Event),
+        ("app.make_context(row)", lambda: apps.app.make_context(row)),
+        ("Task.validate([1], {}) (Signature.bind)", lambda: task.validate([1], {})),
+        ("json.loads('[1]') (psycopg jsonb -> args)", lambda: json.loads("[1]")),
+        ("uuid.uuid4()", uuid.uuid4),
+    ]
+    for label, fn in cases:
+        best = min(timeit.repeat(fn, number=20_000, repeat=5)) / 20_000
+        print(f"  {label:45s} {1e6 * best:7.2f}")
+    best = min(timeit.repeat(lambda: asyncio.run(make_tasks(1000)), number=1, repeat=5)) / 1000
+    print(f"  {'asyncio.create_task + run (per task)':45s} {1e6 * best:7.2f}")
+
+
+EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
+    "claim-any": claim_any,
+    "drain-pipeline": drain_pipeline,
+    "server-cpu": server_cpu,
+    "enqueue-jsonb": enqueue_jsonb,
+    "enqueue-server": enqueue_server,
+    "startup": startup,
+    "python-costs": lambda _scratch: python_costs(),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.experiments", description=__doc__)
+    p.add_argument("experiments", nargs="+", choices=("all", *EXPERIMENTS))
+    p.add_argument("--server", default=DEFAULT_SERVER)
+    p.add_argument("--db", default="pgqueue_bench_exp")
+    args = p.parse_args(argv)
+    names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
+    scratch = Scratch(args.server, args.db)
+    try:
+        for name in names:
+            EXPERIMENTS[name](scratch)
+    finally:
+        scratch.drop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
