@@ -8,12 +8,14 @@ from typing import Any
 from pgqueue.errors import InvalidArguments, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# One encoder, built once: json.dumps() with non-default options builds a new one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
 
 def dumps(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Serialise `value`; `what` names it in errors ("arguments of task 'x'")."""
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidArguments(
             f"{what} must be JSON: {exc}. Pass plain dicts, lists, str, int, float, bool or None "

@@ -61,6 +61,7 @@ class AsyncApp:
                 max_size=app.pool_size,
                 kwargs={"autocommit": True},
                 timeout=10,
+                reconnect_timeout=db.RECONNECT_TIMEOUT,
                 open=False,
                 name="pgqueue-async",
             )

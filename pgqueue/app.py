@@ -237,6 +237,7 @@ class App(AsyncApp):
                     max_size=self.pool_size,
                     kwargs={"autocommit": True},
                     timeout=10,
+                    reconnect_timeout=db.RECONNECT_TIMEOUT,
                     open=True,
                     name="pgqueue",
                 )

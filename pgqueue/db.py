@@ -14,6 +14,12 @@ from pgqueue.errors import ConfigError, NotMigrated
 
 DSN_ENV = "PGQUEUE_DSN"
 
+# psycopg_pool retries a lost connection with a doubling delay (1, 2, 4, 8, 16 s...) until
+# its reconnect_timeout (default 300 s), so after an outage of T seconds a pool could stay
+# empty for up to about T more seconds although the server was back. Giving up early lets
+# the next request start a fresh attempt at once: pools reconnect within seconds.
+RECONNECT_TIMEOUT = 3.0
+
 
 def resolve_dsn(dsn: str | None) -> str:
     """Argument > PGQUEUE_DSN > a clear error."""

@@ -8,11 +8,9 @@ import logging
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from psycopg import errors as pg_errors
 
 from pgqueue.errors import NotMigrated
@@ -20,8 +18,19 @@ from pgqueue.errors import NotMigrated
 log = logging.getLogger("pgqueue")
 
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic (and SQLAlchemy under it) cost about a second to import: they are imported only
+# to migrate. Checking the schema version needs just the revision files' names, which
+# follow the convention NNNN_name.py in one linear chain (tests/test_migrations.py checks
+# that this agrees with alembic).
+
+
 @contextlib.contextmanager
 def _config(dsn: str | None, out: io.StringIO | None = None) -> Iterator[Config]:
+    from alembic.config import Config
+
     with resources.as_file(resources.files("pgqueue.migrations")) as location:
         cfg = Config(output_buffer=out) if out is not None else Config()
         cfg.set_main_option("script_location", str(Path(location)))
@@ -30,14 +39,13 @@ def _config(dsn: str | None, out: io.StringIO | None = None) -> Iterator[Config]
 
 
 def head() -> str:
-    with _config(None) as cfg:
-        revision = ScriptDirectory.from_config(cfg).get_current_head()
-    assert revision is not None
-    return revision
+    return revisions()[-1]
 
 
 def upgrade(dsn: str) -> None:
     """Bring the schema to the newest revision. Safe to run again and concurrently."""
+    from alembic import command
+
     with _config(dsn) as cfg:
         command.upgrade(cfg, "head")
 
@@ -45,6 +53,8 @@ def upgrade(dsn: str) -> None:
 def upgrade_sql(from_revision: str | None = None) -> str:
     """The SQL a DBA would run to create the schema, or to update it from
     `from_revision` (alembic offline mode)."""
+    from alembic import command
+
     out = io.StringIO()
     with _config(None, out) as cfg:
         if from_revision is not None and from_revision not in revisions():
@@ -59,9 +69,12 @@ def upgrade_sql(from_revision: str | None = None) -> str:
 
 def revisions() -> list[str]:
     """Every revision this pgqueue knows, oldest first."""
-    with _config(None) as cfg:
-        script = ScriptDirectory.from_config(cfg)
-        return [r.revision for r in reversed(list(script.walk_revisions()))]
+    versions = resources.files("pgqueue.migrations").joinpath("versions")
+    return sorted(
+        p.name.split("_", 1)[0]
+        for p in versions.iterdir()
+        if p.name.endswith(".py") and p.name[:4].isdigit()
+    )
 
 
 def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:

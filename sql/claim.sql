@@ -21,8 +21,9 @@ UPDATE pgqueue.runs r
        lease_token = gen_random_uuid(),
        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
        started_at = now()
-  FROM picked
- WHERE r.id = picked.id
+ -- = ANY(ARRAY(...)) rather than a join: a generic plan then still probes the primary
+ -- key instead of hashing against a scan of the whole table.
+ WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
           r.timeout_seconds, r.lease_token, r.priority, r.group_key, r.parent_id,
           extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds

@@ -96,6 +96,8 @@ class Worker:
         # an abandoned thread of its previous attempt still runs has two entries).
         self.held: dict[uuid.UUID, Held] = {}
         self.limited: set[str] = set()  # served queues with cluster-wide limits
+        # every attempt's coroutine until its outcome is written (outlives its slot)
+        self._executing: set[asyncio.Task[None]] = set()
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -159,6 +161,7 @@ class Worker:
             max_size=4,
             kwargs={"autocommit": True},
             timeout=5,
+            reconnect_timeout=db.RECONNECT_TIMEOUT,
             open=False,
             name=f"pgqueue-worker-{self.id.hex[:8]}",
         )
@@ -314,6 +317,7 @@ class Worker:
             held = Held(row["id"], row["lease_token"], row, self.app.make_context(row))
             self.held[held.lease_token] = held
             held.task = asyncio.create_task(self._execute(held))
+            self._executing.add(held.task)
             self.pickup_seconds.append(max(0.0, row["pickup_seconds"]))
         self.stats["claimed"] += len(rows)
         return len(rows)
@@ -326,6 +330,11 @@ class Worker:
                 self.transitions.finished(held, None, False)
             else:
                 held.submitted = True
+                inv = held.invocation
+                if inv is None or inv.done():
+                    # The slot is free while the outcome is written: the next claim
+                    # overlaps this completion instead of waiting for it.
+                    self._free(held)
                 written = await self.completer.submit(outcome)
                 self.stats[outcome.state if written else "fenced"] += 1
                 self.transitions.finished(held, outcome, written)
@@ -341,7 +350,11 @@ class Worker:
         except Exception:
             log.exception("run %s: internal error in the worker", held.id)
         finally:
-            self.held.pop(held.lease_token, None)
+            self._free(held)
+            self._executing.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    def _free(self, held: Held) -> None:
+        if self.held.pop(held.lease_token, None) is not None:
             self.wake()
 
     def _serve_metrics(self) -> WorkerMetrics | None:
@@ -381,9 +394,8 @@ class Worker:
                 asyncio.gather(*(self.completer.submit(o) for o in releases)), 10
             )
             self.stats["released"] += sum(written)
-        pending = [h.task for h in self.held.values() if h.task is not None and h.submitted]
-        if pending:
-            await asyncio.wait(pending, timeout=5)
+        if self._executing:  # outcomes being written, hooks running
+            await asyncio.wait(list(self._executing), timeout=5)
 
     # -- signals ----------------------------------------------------------------------
 

@@ -38,6 +38,11 @@ class Transitions:
         row = held.row
         self._started[held.lease_token] = time.monotonic()
         pickup = max(0.0, float(row.get("pickup_seconds") or 0.0))
+        if self.metrics is not None:
+            self.metrics.started.labels(row["queue"], row["task"]).inc()
+            self.metrics.pickup.labels(row["queue"]).observe(pickup)
+        if not log.isEnabledFor(logging.INFO):
+            return  # no formatting cost on the hot path when nobody reads it
         log.info(
             "run %s %s (queue %s) attempt %s/%s started",
             held.id,
@@ -55,9 +60,6 @@ class Transitions:
                 "pickup_ms": round(pickup * 1000, 1),
             },
         )
-        if self.metrics is not None:
-            self.metrics.started.labels(row["queue"], row["task"]).inc()
-            self.metrics.pickup.labels(row["queue"]).observe(pickup)
 
     def finished(self, held: Held, outcome: Outcome | None, written: bool) -> None:
         """After the attempt's outcome was written (or fenced out); outcome None: the
@@ -71,6 +73,9 @@ class Transitions:
             event, state = "released", "queued"
         else:
             event, state = event_of(outcome, written), outcome.state
+        self._count(held, outcome, written, event, seconds)
+        if not log.isEnabledFor(logging.INFO):
+            return
         fields = {
             "event": event,
             "run_id": held.id,
@@ -96,7 +101,12 @@ class Transitions:
             detail,
             extra=fields,
         )
+
+    def _count(
+        self, held: Held, outcome: Outcome | None, written: bool, event: str, seconds: float
+    ) -> None:
         m = self.metrics
+        row = held.row
         if m is None or outcome is None or not written:
             return
         labels = (row["queue"], row["task"])
