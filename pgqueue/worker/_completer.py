@@ -59,6 +59,9 @@ class Completer:
             if not batch:
                 continue
             written = await self._write_with_retry([o for o, _ in batch])
+            # Runs that left `running` gave their permits back: a claim of a limited
+            # queue that found no room a moment ago may find some now.
+            self.worker.wake()
             for outcome, future in batch:
                 if not future.done():
                     future.set_result(outcome.id in written)
