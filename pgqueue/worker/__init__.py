@@ -394,8 +394,12 @@ class Worker:
                 asyncio.gather(*(self.completer.submit(o) for o in releases)), 10
             )
             self.stats["released"] += sum(written)
-        if self._executing:  # outcomes being written, hooks running
-            await asyncio.wait(list(self._executing), timeout=5)
+        # Outcomes still being written, hooks still running; not the released attempts,
+        # whose threads are abandoned (their runs are back in the queue).
+        abandoned = {h.task for h in self.held.values() if h.released or h.lost}
+        writing = [t for t in self._executing if t not in abandoned]
+        if writing:
+            await asyncio.wait(writing, timeout=5)
 
     # -- signals ----------------------------------------------------------------------
 
