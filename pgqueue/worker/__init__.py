@@ -34,7 +34,7 @@ from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker._executor import Held
 from pgqueue.worker._pruner import Pruner
 from pgqueue.worker._scheduler import Scheduler
-from pgqueue.worker._service import DB_ERRORS
+from pgqueue.worker._service import DB_ERRORS, outage_delay
 from pgqueue.worker._stager import Stager
 from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
@@ -266,11 +266,7 @@ class Worker:
                 failures = 0
             except DB_ERRORS as exc:
                 failures += 1
-                delay = min(5.0, 0.1 * 2**failures)
-                log.warning(
-                    "claim: database unavailable (%s); retrying in %.1fs", db.first_line(exc), delay
-                )
-                await self._sleep(delay)
+                await self._sleep(outage_delay("claim", exc, failures))
                 continue
             except Exception:
                 # A bug or an unexpected database error must not kill the worker and
@@ -403,25 +399,22 @@ class Worker:
 
     # -- signals ----------------------------------------------------------------------
 
+    def _handles_signals(self) -> bool:
+        return (
+            self.install_signal_handlers and threading.current_thread() is threading.main_thread()
+        )
+
     def _install_signals(self) -> None:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return
-        assert self._loop is not None
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._loop.add_signal_handler(sig, self._on_signal, sig)
+        if self._handles_signals():
+            assert self._loop is not None
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _remove_signals(self) -> None:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return
-        assert self._loop is not None
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._loop.remove_signal_handler(sig)
+        if self._handles_signals():
+            assert self._loop is not None
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.remove_signal_handler(sig)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self._signals += 1

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgqueue import _sql
-from pgqueue.worker._service import DB_ERRORS
+from pgqueue.worker._service import DB_ERRORS, outage_delay
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
@@ -76,12 +76,7 @@ class Completer:
                 # the leases expired meanwhile (then the fence rejects them and the runs
                 # are rescued: at-least-once).
                 failures += 1
-                delay = min(5.0, 0.1 * 2**failures)
-                log.warning(
-                    "completer: database unavailable (%s); retrying in %.1fs",
-                    str(exc).strip().splitlines()[0] if str(exc) else exc,
-                    delay,
-                )
+                delay = outage_delay("completer", exc, failures)
                 await asyncio.sleep(delay)
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:

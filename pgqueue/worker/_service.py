@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from pgqueue import db
+
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
 
@@ -16,6 +18,14 @@ log = logging.getLogger("pgqueue.worker")
 
 # Errors that mean "the database is unreachable right now": retry, never crash.
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def outage_delay(what: str, exc: BaseException, failures: int, base: float = 0.1) -> float:
+    """The one backoff for "the database is unreachable": log it, return how long to wait
+    (doubling from `base`, at most 5 s)."""
+    delay: float = min(5.0, base * 2.0**failures)
+    log.warning("%s: database unavailable (%s); retrying in %.1fs", what, db.first_line(exc), delay)
+    return delay
 
 
 class Service:
@@ -41,13 +51,7 @@ class Service:
                 raise
             except DB_ERRORS as exc:
                 failures += 1
-                delay = min(5.0, 0.2 * 2**failures)
-                log.warning(
-                    "%s: database unavailable (%s); retrying in %.1fs",
-                    self.name,
-                    str(exc).strip().splitlines()[0] if str(exc) else exc,
-                    delay,
-                )
+                delay = outage_delay(self.name, exc, failures, base=0.2)
             except Exception:
                 failures += 1
                 delay = min(5.0, 0.2 * 2**failures)

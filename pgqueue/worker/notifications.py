@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgqueue.worker._service import DB_ERRORS
+from pgqueue.worker._service import DB_ERRORS, outage_delay
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
@@ -57,10 +57,5 @@ class Listener:
             except DB_ERRORS as exc:
                 self.connected.clear()
                 failures += 1
-                delay = min(5.0, 0.1 * 2**failures)
-                log.warning(
-                    "listener: connection lost (%s); reconnecting in %.1fs",
-                    str(exc).strip().splitlines()[0] if str(exc) else exc,
-                    delay,
-                )
+                delay = outage_delay("listener", exc, failures)
                 await asyncio.sleep(delay)
