@@ -63,12 +63,15 @@ class StepRecord:
 class Durable:
     """The stored side of one workflow attempt."""
 
-    def __init__(self, app: App, run_id: int, lease_token: UUID, attempt: int) -> None:
+    def __init__(
+        self, app: App, run_id: int, lease_token: UUID, attempt: int, *, has_steps: bool = True
+    ) -> None:
         self.app = app
         self.run_id = run_id
         self.lease_token = lease_token
         self.attempt = attempt
-        self._steps: dict[str, StepRecord] | None = None
+        # None: not loaded yet. A run with no stored step (the claim says so) skips the load.
+        self._steps: dict[str, StepRecord] | None = None if has_steps else {}
         self._seen: Counter[str] = Counter()
         self.db_now: datetime | None = None
 
@@ -86,17 +89,14 @@ class Durable:
         if self._steps is None:
             with self.app.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(_sql.query("load_steps"), {"run_id": self.run_id}).fetchall()
+            self.db_now = rows[0]["db_now"]
             self._steps = {
                 r["name"]: StepRecord(
                     r["name"], r["state"], r["output"], r["error"], r["created_at"]
                 )
                 for r in rows
+                if r["name"] is not None
             }
-            if rows:
-                self.db_now = rows[0]["db_now"]
-            else:
-                with self.app.connection() as conn:
-                    self.db_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         return self._steps.get(name)
 
     def record(

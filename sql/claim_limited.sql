@@ -80,7 +80,10 @@ claimed AS (
      WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = 'queued'
     RETURNING r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
               r.timeout_seconds, r.lease_token, r.priority, r.group_key, r.parent_id,
-              extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds
+              extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds,
+              -- a workflow replaying after a wait or a retry has steps to load; a fresh one
+              -- does not, and then a step costs exactly one round trip
+              EXISTS (SELECT 1 FROM pgqueue.steps st WHERE st.run_id = r.id) AS has_steps
 ),
 served AS (
     INSERT INTO pgqueue.queue_groups AS s (queue, group_key, last_claimed_at)

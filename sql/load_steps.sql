@@ -1,4 +1,5 @@
 -- Every recorded step of a run, with the database clock (for durable sleeps and waits).
-SELECT name, state, output, error, created_at, now() AS db_now
-FROM pgqueue.steps
-WHERE run_id = %(run_id)s
+-- Always one row at least: with no step, a single row of NULLs but db_now.
+SELECT now() AS db_now, s.name, s.state, s.output, s.error, s.created_at
+FROM (SELECT 1) AS one
+LEFT JOIN pgqueue.steps s ON s.run_id = %(run_id)s

@@ -277,3 +277,16 @@ def test_stale_lease_cannot_write(app: pgqueue.App, conn: psycopg.Connection[Any
     ).fetchall()
     assert renewed == []
     assert app.get_run(h.id).state == "running"
+
+
+def test_burst_drains_a_limited_queue(app: pgqueue.App) -> None:
+    """Burst must not stop while permits are about to come back (outcomes in flight)."""
+    app.queue("tight", concurrency=2)
+
+    @app.task(queue="tight")
+    def t(n: int) -> int:
+        return n
+
+    handles = t.enqueue_many([(i,) for i in range(40)])
+    burst(app, concurrency=8)
+    assert {app.get_run(h.id).state for h in handles} == {"succeeded"}

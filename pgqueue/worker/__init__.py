@@ -151,6 +151,9 @@ class Worker:
         self._stop = asyncio.Event()
         metrics = self._serve_metrics()
         dsn = self.app.dsn
+        # Before registering: a worker that shows up in pgqueue.workers must already drain
+        # on SIGTERM (not die of it, leaving its row behind).
+        self._install_signals()
         with db.connect(dsn) as conn:
             migrate.check(conn)
             self._register(conn)
@@ -166,7 +169,6 @@ class Worker:
             name=f"pgqueue-worker-{self.id.hex[:8]}",
         )
         await self._pool.open(wait=False)
-        self._install_signals()
         self.completer = Completer(self)
         self.stager = Stager(self)
         self.listener = Listener(self)
@@ -206,6 +208,14 @@ class Worker:
         finally:
             for t in background:
                 t.cancel()
+            # On Python 3.11, asyncio.wait_for (inside the pool's getconn) swallows a cancel
+            # that lands just as a connection is handed over, and that duty would then run
+            # on forever: cancel again until every duty has ended.
+            pending = set(background)
+            while pending:
+                _, pending = await asyncio.wait(pending, timeout=1)
+                for t in pending:
+                    t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await self._deregister()
             await self._pool.close()
@@ -249,6 +259,7 @@ class Worker:
         assert self._wake is not None and self._stop is not None
         failures = 0
         start = 0
+        settled = False
         while not self._stop.is_set():
             self._wake.clear()
             claimed = 0
@@ -276,14 +287,20 @@ class Worker:
                 log.exception("claim failed; retrying in %.1fs", delay)
                 await self._sleep(delay)
                 continue
-            if burst and not claimed and not self.held:
+            # Burst ends only when nothing is held and no outcome is still being written
+            # (a limited queue refuses claims for permits about to come back), and after
+            # one more empty claim that started once all of that was settled: an earlier
+            # claim's snapshot may predate our last completion.
+            if burst and not claimed and not self.held and not self._executing:
                 try:
                     staged, _ = await self.stager.stage()
                 except DB_ERRORS:
                     staged = 1
-                if not staged:
+                if not staged and settled:
                     return
+                settled = not staged
                 continue
+            settled = False
             if claimed and len(self.held) < self.concurrency:
                 continue  # the queue may hold more
             await self._sleep(self.poll_interval, wake=True)

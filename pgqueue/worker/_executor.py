@@ -147,7 +147,13 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
 
 async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
     if task.workflow:
-        held.ctx._durable = Durable(worker.app, held.id, held.lease_token, held.row["attempt"])
+        held.ctx._durable = Durable(
+            worker.app,
+            held.id,
+            held.lease_token,
+            held.row["attempt"],
+            has_steps=held.row.get("has_steps", True),
+        )
     args = task.run_ctx_args(held.ctx, held.row["args"])
     kwargs = held.row["kwargs"]
     timeout = held.row["timeout_seconds"]
