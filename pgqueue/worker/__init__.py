@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pgqueue.worker")
 
+WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
+
 
 class Worker:
     """Runs tasks of `app` from `queues` (default: every queue the app declares or uses).
@@ -102,6 +104,10 @@ class Worker:
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
         self.threads = DaemonThreads(concurrency)
+        if any(t.workflow for t in app.tasks.values()) and app._pool is None:
+            # Workflow steps write through the App's pool from their threads: with the
+            # default 4 connections, 50 concurrent workflows would queue for them.
+            app.pool_size = max(app.pool_size, min(concurrency, WORKFLOW_POOL_MAX))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
