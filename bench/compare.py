@@ -1,0 +1,780 @@
+"""pgqueue side by side with procrastinate and pgqueuer: one run, same server, same machine.
+
+    python -m bench.compare --repeat 3
+
+Each library gets its own scratch database (cmp_pgqueue, cmp_procrastinate, cmp_pgqueuer),
+dropped and recreated (schema installed the library's own way) at the start of every
+repeat; the order of the libraries is shuffled per repeat. Per library and repeat:
+
+1. bulk enqueue: --batches batches of 1,000 no-op jobs through the library's batch API
+   (pgqueue `Task.enqueue_many`, procrastinate `Task.batch_defer_async`, pgqueuer
+   `Queries.enqueue` with lists), after 2 warm-up batches;
+2. single enqueue: --single jobs, one call (one transaction) each (`Task.enqueue`,
+   `Task.defer_async`, `Queries.enqueue`);
+3. processing: one worker process started the way the library's docs show
+   (`python -m pgqueue worker`, `procrastinate worker`, `pgq run`), async no-op tasks,
+   concurrency/batch 100, drains everything steps 1-2 left queued. Rate = jobs / time
+   from the first job leaving the queue to the last finishing, seen by polling the
+   library's own table every 50 ms (clock_timestamp(), same method for all three);
+4. idle pickup: the same worker, now idle and LISTENing; this process enqueues one `ping`
+   job every 15-35 ms; the task body sends (i, time.time()) over UDP. Latency = task body
+   start - enqueue call start, same host clock;
+5. backlog: the worker stopped, --backlog jobs inserted with INSERT ... SELECT into another
+   queue (pgqueuer: another entrypoint), VACUUM ANALYZE, --backlog-runs jobs bulk-enqueued
+   into the benchmark queue, a fresh worker drains them: rate and ratio to step 3.
+
+Tables go to bench/results/compare.md (+ .json, git-ignored) and a plot to
+bench/results/compare.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import procrastinate
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import pgqueue
+from bench.common import DEFAULT_SERVER, ROOT, percentile, subprocess_env
+from pgqueue import migrate
+
+DSN_ENV = "PGQUEUE_CMP_DSN"
+UDP_ENV = "PGQUEUE_CMP_UDP"
+QUEUE = "cmp"
+OTHER = "other"
+CONCURRENCY = 100
+LIBS = ("pgqueue", "procrastinate", "pgqueuer")
+RESULTS = ROOT / "bench" / "results"
+
+# -- the task modules (imported by the worker subprocesses too) ------------------------------
+
+_udp: socket.socket | None = None
+
+
+def _ping_back(i: int) -> None:
+    global _udp
+    if _udp is None:
+        _udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    _udp.sendto(f"{i} {time.time()}".encode(), ("127.0.0.1", int(os.environ[UDP_ENV])))
+
+
+pgq_app = pgqueue.App()
+
+
+@pgq_app.task(name="cmp.noop", queue=QUEUE)
+async def pgq_noop(i: int = 0) -> None:
+    """No-op."""
+
+
+@pgq_app.task(name="cmp.ping", queue=QUEUE)
+async def pgq_ping(i: int = 0) -> None:
+    _ping_back(i)
+
+
+async def proc_noop(i: int = 0) -> None:
+    """No-op."""
+
+
+async def proc_ping(i: int = 0) -> None:
+    _ping_back(i)
+
+
+def make_proc_app(dsn: str) -> procrastinate.App:
+    """A procrastinate App with the two tasks (one per DSN: tasks are bound to their App)."""
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    app.task(name="cmp.noop", queue=QUEUE)(proc_noop)
+    app.task(name="cmp.ping", queue=QUEUE)(proc_ping)
+    return app
+
+
+proc_app = make_proc_app(os.environ.get(DSN_ENV, ""))
+
+
+@contextlib.asynccontextmanager
+async def pgqueuer_main() -> AsyncIterator[Any]:
+    """`pgq run bench.compare:pgqueuer_main`: the README's factory, in the async context
+    manager form pgqueuer 1.6.0 requires."""
+    import asyncpg  # type: ignore[import-untyped]
+    from pgqueuer import PgQueuer
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.models import Job
+
+    connection = await asyncpg.connect(os.environ[DSN_ENV])
+    pgq = PgQueuer(AsyncpgDriver(connection))
+
+    @pgq.entrypoint("cmp.noop")
+    async def noop(job: Job) -> None:
+        """No-op."""
+
+    @pgq.entrypoint("cmp.ping")
+    async def ping(job: Job) -> None:
+        _ping_back(int(job.payload or b"0"))
+
+    try:
+        yield pgq
+    finally:
+        await connection.close()
+
+
+# -- the libraries, as the benchmark drives them -------------------------------------------
+
+
+def _admin(server: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(server, autocommit=True)
+
+
+@dataclass
+class Lib:
+    name: str
+    server: str
+    dsn: str = ""
+    udp_port: int = 0
+
+    @property
+    def db(self) -> str:
+        return f"cmp_{self.name}"
+
+    def fresh(self) -> None:
+        with _admin(self.server) as conn:
+            ident = sql.Identifier(self.db)
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+        if self.server.startswith(("postgresql://", "postgres://")) and "?" not in self.server:
+            self.dsn = self.server.rsplit("/", 1)[0] + "/" + self.db  # asyncpg wants a URL
+        else:
+            self.dsn = make_conninfo(self.server, dbname=self.db)
+        self.install()
+
+    def drop(self) -> None:
+        with _admin(self.server) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.db))
+            )
+
+    def env(self) -> dict[str, str]:
+        env = subprocess_env()
+        env[DSN_ENV] = self.dsn
+        env[UDP_ENV] = str(self.udp_port)
+        env["PGDSN"] = self.dsn
+        return env
+
+    @contextlib.contextmanager
+    def worker(self) -> Iterator[subprocess.Popen[bytes]]:
+        proc = subprocess.Popen(self.worker_cmd(), cwd=ROOT, env=self.env())
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # per library
+    def install(self) -> None:
+        raise NotImplementedError
+
+    def worker_cmd(self) -> list[str]:
+        raise NotImplementedError
+
+    def bulk(self, batches: int, size: int) -> float:
+        raise NotImplementedError
+
+    def single(self, n: int) -> float:
+        raise NotImplementedError
+
+    def ping(self, i: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def unfinished_sql(self) -> str:
+        raise NotImplementedError
+
+    def purge_sql(self) -> str:
+        raise NotImplementedError
+
+    def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
+        raise NotImplementedError
+
+    def vacuum(self, conn: psycopg.Connection[Any]) -> None:
+        raise NotImplementedError
+
+
+def _rate(n: int, fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - t0)
+
+
+class PgqueueLib(Lib):
+    def install(self) -> None:
+        migrate.upgrade(self.dsn)
+        pgq_app.configure(dsn=self.dsn)
+
+    def worker_cmd(self) -> list[str]:
+        return [
+            sys.executable,
+            *("-m", "pgqueue", "worker", "--app", "bench.compare:pgq_app", "--dsn", self.dsn),
+            *("--queues", QUEUE, "--concurrency", str(CONCURRENCY), "--log-level", "WARNING"),
+        ]
+
+    def bulk(self, batches: int, size: int) -> float:
+        items = [(i,) for i in range(size)]
+        for _ in range(2):
+            pgq_noop.enqueue_many(items)
+
+        def go() -> None:
+            for _ in range(batches):
+                pgq_noop.enqueue_many(items)
+
+        return _rate(batches * size, go)
+
+    def single(self, n: int) -> float:
+        for i in range(20):
+            pgq_noop.enqueue(i)
+
+        def go() -> None:
+            for i in range(n):
+                pgq_noop.enqueue(i)
+
+        return _rate(n, go)
+
+    def ping(self, i: int) -> None:
+        pgq_ping.enqueue(i)
+
+    def close(self) -> None:
+        pgq_app.close()
+
+    def unfinished_sql(self) -> str:
+        # two counts, each on its partial index (an IN list would seq-scan the backlog)
+        return (
+            "SELECT (SELECT count(*) FROM pgqueue.runs WHERE queue = 'cmp' AND state = 'queued')"
+            " + (SELECT count(*) FROM pgqueue.runs WHERE queue = 'cmp' AND state = 'running')"
+        )
+
+    def purge_sql(self) -> str:
+        return "DELETE FROM pgqueue.runs WHERE queue = 'cmp' AND state = 'queued'"
+
+    def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
+        conn.execute(
+            "INSERT INTO pgqueue.runs (task, queue, args, kwargs)"
+            " SELECT 'other.noop', 'other', jsonb_build_array(g), '{}'::jsonb"
+            " FROM generate_series(1, %s) AS g",
+            (n,),
+        )
+
+    def vacuum(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("VACUUM (ANALYZE) pgqueue.runs")
+
+
+class _AsyncLib(Lib):
+    """Peers with async APIs: driven from one event loop kept for the whole repeat."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        return self.loop.run_until_complete(coro)
+
+    async def _open(self) -> None:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.run(self._close())
+            self.loop.close()
+            self.loop = None
+
+    def _timed(self, n: int, coro_fn: Callable[[], Awaitable[None]]) -> float:
+        async def go() -> float:
+            t0 = time.perf_counter()
+            await coro_fn()
+            return n / (time.perf_counter() - t0)
+
+        return float(self.run(go()))
+
+
+class ProcrastinateLib(_AsyncLib):
+    app: Any = None
+
+    def install(self) -> None:
+        self.app = make_proc_app(self.dsn)
+        self.run(self._open())
+        self.run(self.app.schema_manager.apply_schema_async())
+
+    async def _open(self) -> None:
+        await self.app.open_async()
+
+    async def _close(self) -> None:
+        await self.app.close_async()
+
+    def worker_cmd(self) -> list[str]:
+        return [
+            *(sys.executable, "-m", "procrastinate", "--app", "bench.compare.proc_app"),
+            *("--log-level", "warning", "worker", "--queues", QUEUE),
+            *("--concurrency", str(CONCURRENCY)),
+        ]
+
+    def _task(self, name: str) -> Any:
+        return self.app.tasks[name]
+
+    def bulk(self, batches: int, size: int) -> float:
+        items = [{"i": i} for i in range(size)]
+        task = self._task("cmp.noop")
+
+        async def warm() -> None:
+            for _ in range(2):
+                await task.batch_defer_async(*items)
+
+        async def go() -> None:
+            for _ in range(batches):
+                await task.batch_defer_async(*items)
+
+        self.run(warm())
+        return self._timed(batches * size, go)
+
+    def single(self, n: int) -> float:
+        task = self._task("cmp.noop")
+
+        async def many(k: int) -> None:
+            for i in range(k):
+                await task.defer_async(i=i)
+
+        self.run(many(20))
+        return self._timed(n, lambda: many(n))
+
+    def ping(self, i: int) -> None:
+        self.run(self._task("cmp.ping").defer_async(i=i))
+
+    def unfinished_sql(self) -> str:
+        return (
+            "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = 'cmp'"
+            " AND status IN ('todo', 'doing')"
+        )
+
+    def purge_sql(self) -> str:
+        return "DELETE FROM procrastinate_jobs WHERE queue_name = 'cmp' AND status = 'todo'"
+
+    def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
+        conn.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, args)"
+            " SELECT 'other', 'other.noop', jsonb_build_object('i', g)"
+            " FROM generate_series(1, %s) AS g",
+            (n,),
+        )
+
+    def vacuum(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("VACUUM (ANALYZE) procrastinate_jobs")
+        conn.execute("VACUUM (ANALYZE) procrastinate_events")
+
+
+class PgqueuerLib(_AsyncLib):
+    conn: Any = None
+    queries: Any = None
+
+    def install(self) -> None:
+        subprocess.run(["pgq", "install"], env=self.env(), check=True, capture_output=True)
+        self.run(self._open())
+
+    async def _open(self) -> None:
+        import asyncpg  # type: ignore[import-untyped]
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        self.conn = await asyncpg.connect(self.dsn)
+        self.queries = Queries(AsyncpgDriver(self.conn))
+
+    async def _close(self) -> None:
+        await self.conn.close()
+
+    def worker_cmd(self) -> list[str]:
+        # what `pgq run bench.compare:pgqueuer_main --batch-size 100` does (pgqueuer.run on
+        # uvloop); the `pgq run` CLI itself crashes in pgqueuer 1.6.0 with typer 0.29
+        # (setup_fancy_logger gets a str, not a LogLevel)
+        code = (
+            "import uvloop, pgqueuer; uvloop.run(pgqueuer.run("
+            f"'bench.compare:pgqueuer_main', batch_size={CONCURRENCY}))"
+        )
+        return [sys.executable, "-c", code]
+
+    def bulk(self, batches: int, size: int) -> float:
+        names = ["cmp.noop"] * size
+        payloads: list[bytes | None] = [str(i).encode() for i in range(size)]
+        prios = [0] * size
+
+        async def once() -> None:
+            await self.queries.enqueue(names, payloads, prios)
+
+        async def warm() -> None:
+            for _ in range(2):
+                await once()
+
+        async def go() -> None:
+            for _ in range(batches):
+                await once()
+
+        self.run(warm())
+        return self._timed(batches * size, go)
+
+    def single(self, n: int) -> float:
+        async def many(k: int) -> None:
+            for i in range(k):
+                await self.queries.enqueue("cmp.noop", str(i).encode())
+
+        self.run(many(20))
+        return self._timed(n, lambda: many(n))
+
+    def ping(self, i: int) -> None:
+        self.run(self.queries.enqueue("cmp.ping", str(i).encode()))
+
+    def unfinished_sql(self) -> str:
+        # finished jobs are deleted (and logged to pgqueuer_log); both counts use an index
+        return (
+            "SELECT (SELECT count(*) FROM pgqueuer WHERE entrypoint = 'cmp.noop'"
+            " AND status = 'queued') + (SELECT count(*) FROM pgqueuer WHERE status = 'picked')"
+        )
+
+    def purge_sql(self) -> str:
+        return "DELETE FROM pgqueuer WHERE entrypoint = 'cmp.noop' AND status = 'queued'"
+
+    def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
+        conn.execute(
+            "INSERT INTO pgqueuer (priority, entrypoint, status, payload)"
+            " SELECT 0, 'other.noop', 'queued', convert_to(g::text, 'UTF8')"
+            " FROM generate_series(1, %s) AS g",
+            (n,),
+        )
+
+    def vacuum(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("VACUUM (ANALYZE) pgqueuer")
+
+
+CLASSES: dict[str, type[Lib]] = {
+    "pgqueue": PgqueueLib,
+    "procrastinate": ProcrastinateLib,
+    "pgqueuer": PgqueuerLib,
+}
+
+
+# -- measurements ----------------------------------------------------------------------------
+
+
+def drain_rate(lib: Lib, cap: float, timeout: float = 600.0) -> tuple[float, int]:
+    """Start a worker, poll the unfinished count every 50 ms until it is 0, or until `cap`
+    seconds after the first job left the queue; (jobs/s, jobs done). Leftovers are deleted."""
+    with psycopg.connect(lib.dsn, autocommit=True) as conn:
+        q = lib.unfinished_sql()
+
+        def poll() -> tuple[float, int]:
+            row = conn.execute(
+                sql.SQL("SELECT extract(epoch FROM clock_timestamp())::float8, ({})").format(
+                    sql.SQL(q)  # type: ignore[arg-type]
+                )
+            ).fetchone()
+            assert row is not None
+            return float(row[0]), int(row[1])
+
+        _, n = poll()
+        with lib.worker() as proc:
+            deadline = time.monotonic() + timeout
+            start = None
+            while time.monotonic() < deadline:
+                t, left = poll()
+                if start is None and left < n:
+                    start = t
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{lib.name}: worker exited with {proc.returncode}")
+                if left == 0 or (start is not None and t - start >= cap):
+                    assert start is not None
+                    conn.execute(lib.purge_sql())
+                    return (n - left) / max(t - start, 1e-3), n - left
+                time.sleep(0.05)
+    raise TimeoutError(f"{lib.name}: queue not drained in {timeout}s")
+
+
+def pickup(lib: Lib, n: int, warmup: int, seed: int) -> list[float]:
+    """An idle worker; enqueue a ping every 15-35 ms; ms from enqueue call to task start."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.001)
+    lib.udp_port = sock.getsockname()[1]
+    sent: dict[int, float] = {}
+    got: dict[int, float] = {}
+
+    def collect(until: float) -> None:
+        while True:
+            try:
+                data = sock.recv(64)
+            except TimeoutError:
+                if time.monotonic() >= until:
+                    return
+                continue
+            i, t = data.decode().split()
+            got[int(i)] = float(t)
+
+    rng = random.Random(seed)
+    try:
+        with lib.worker():
+            time.sleep(4.0)  # start-up and LISTEN
+            for i in range(n + warmup):
+                sent[i] = time.time()
+                lib.ping(i)
+                collect(time.monotonic() + rng.uniform(0.015, 0.035))
+            collect(time.monotonic() + 2.0)
+    finally:
+        sock.close()
+    lost = [i for i in sent if i not in got]
+    if len(lost) > n // 20:
+        raise RuntimeError(f"{lib.name}: {len(lost)} pings never ran")
+    return [1000 * (got[i] - sent[i]) for i in range(warmup, n + warmup) if i in got]
+
+
+@dataclass
+class Samples:
+    bulk: list[float] = field(default_factory=list)
+    single: list[float] = field(default_factory=list)
+    process: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    p95: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+    backlog: list[float] = field(default_factory=list)
+    backlog_ratio: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
+    def log(message: str) -> None:
+        print(f"  [{lib.name} r{r + 1}] {message}", flush=True)
+
+    lib.fresh()
+    try:
+        s.bulk.append(lib.bulk(args.batches, 1000))
+        log(f"bulk {s.bulk[-1]:,.0f} jobs/s")
+        s.single.append(lib.single(args.single))
+        log(f"single {s.single[-1]:,.0f} jobs/s")
+        rate, n = drain_rate(lib, args.cap)
+        s.process.append(rate)
+        log(f"process {rate:,.0f} jobs/s ({n:,} jobs)")
+        lat = pickup(lib, args.pickups, 10, r)
+        for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
+            dest.append(percentile(lat, q))
+        log(f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms")
+        if args.backlog:
+            t0 = time.perf_counter()
+            with psycopg.connect(lib.dsn, autocommit=True) as conn:
+                lib.load_backlog(conn, args.backlog)
+                lib.vacuum(conn)
+            took = time.perf_counter() - t0
+            lib.bulk(args.backlog_runs // 1000 - 2, 1000)
+            rate, n = drain_rate(lib, args.cap)
+            s.backlog.append(rate)
+            s.backlog_ratio.append(rate / s.process[-1])
+            log(
+                f"backlog: loaded {args.backlog:,} in {took:.1f}s; process {rate:,.0f} jobs/s"
+                f" ({n:,} jobs), {s.backlog_ratio[-1]:.2f}x no backlog"
+            )
+    finally:
+        lib.close()
+        lib.drop()
+
+
+# -- output ----------------------------------------------------------------------------------
+
+ROWS = (
+    ("bulk", "bulk enqueue, batches of 1,000", "jobs/s", True),
+    ("single", "single enqueue, 1 per transaction", "jobs/s", True),
+    ("process", "no-op processing, 1 worker process", "jobs/s", True),
+    ("p50", "idle pickup p50", "ms", False),
+    ("p95", "idle pickup p95", "ms", False),
+    ("p99", "idle pickup p99", "ms", False),
+    ("backlog", "processing, 500k backlog in another queue", "jobs/s", True),
+    ("backlog_ratio", "backlog / no backlog", "x", True),
+)
+
+
+def _f(v: float) -> str:
+    if v != v:
+        return "n/a"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def markdown(results: dict[str, Samples], args: argparse.Namespace) -> str:
+    libs = list(results)
+    head = ["measure", "unit", *libs]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for key, label, unit, _ in ROWS:
+        if key.startswith("backlog"):
+            label = label.replace("500k", f"{args.backlog // 1000}k")
+        cells = []
+        for lib in libs:
+            vals: list[float] = getattr(results[lib], key)
+            runs = " / ".join(_f(v) for v in vals)
+            cells.append(f"**{_f(med(vals))}** ({runs})" if vals else "n/a")
+        lines.append("| " + " | ".join([label, unit, *cells]) + " |")
+    return "\n".join(lines)
+
+
+def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
+    """(target, measured, PASS/FAIL) for pgqueue against the better peer."""
+    ours = results["pgqueue"]
+    peers = [results[x] for x in results if x != "pgqueue"]
+    out = []
+    for key, label in (("process", "processing throughput"), ("bulk", "bulk enqueue")):
+        best = max(med(getattr(p, key)) for p in peers)
+        mine = med(getattr(ours, key))
+        out.append(
+            (
+                f"{label} >= 2x the better peer",
+                f"{_f(mine)} vs {_f(best)} jobs/s = {mine / best:.2f}x",
+                "PASS" if mine >= 2 * best else "FAIL",
+            )
+        )
+    best99 = min(med(p.p99) for p in peers)
+    mine99 = med(ours.p99)
+    out.append(
+        (
+            "pickup p99 lower than both peers",
+            f"{mine99:.2f} ms vs best peer {best99:.2f} ms",
+            "PASS" if mine99 < best99 else "FAIL",
+        )
+    )
+    if ours.backlog_ratio:
+        ratio = med(ours.backlog_ratio)
+        out.append(
+            (
+                "no backlog penalty (>= 0.85x without backlog)",
+                f"{ratio:.2f}x",
+                "PASS" if ratio >= 0.85 else "FAIL",
+            )
+        )
+    return out
+
+
+def plot(results: dict[str, Samples], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    libs = list(results)
+    panels = [
+        ("bulk enqueue (jobs/s)", ["bulk"]),
+        ("single enqueue (jobs/s)", ["single"]),
+        ("processing, 1 worker (jobs/s)", ["process", "backlog"]),
+        ("idle pickup (ms, lower is better)", ["p50", "p95", "p99"]),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
+    colors = {"pgqueue": "#2a7ab9", "procrastinate": "#e08a2c", "pgqueuer": "#5aa05a"}
+    for ax, (title, keys) in zip(axes, panels, strict=True):
+        width = 0.8 / len(libs)
+        for j, lib in enumerate(libs):
+            vals = [med(getattr(results[lib], k)) for k in keys]
+            xs = [i + (j - (len(libs) - 1) / 2) * width for i in range(len(keys))]
+            bars = ax.bar(xs, vals, width, label=lib, color=colors.get(lib))
+            ax.bar_label(bars, labels=[_f(v) for v in vals], fontsize=7, rotation=90, padding=2)
+        ax.set_xticks(range(len(keys)))
+        names = {"backlog": "with 500k backlog", "process": "no backlog"}
+        ax.set_xticklabels([names.get(k, k) for k in keys])
+        ax.set_title(title, fontsize=10)
+        ax.margins(y=0.25)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("pgqueue vs procrastinate vs pgqueuer (median of repeats, same server)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--server", default=DEFAULT_SERVER)
+    p.add_argument("--libs", default=",".join(LIBS))
+    p.add_argument("--batches", type=int, default=10, help="bulk: batches of 1,000 timed")
+    p.add_argument("--single", type=int, default=300, help="single enqueues timed")
+    p.add_argument("--pickups", type=int, default=150, help="pickup samples per repeat")
+    p.add_argument("--backlog", type=int, default=500_000, help="jobs in another queue")
+    p.add_argument("--backlog-runs", type=int, default=10_000, help="jobs drained over it")
+    p.add_argument("--cap", type=float, default=20.0, help="max seconds timed per drain")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    names = [x for x in args.libs.split(",") if x]
+    results = {name: Samples() for name in names}
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    command = "python -m bench.compare " + shlex.join(argv)
+    versions = _versions()
+    print(f"{command}: {versions}; load {os.getloadavg()}", flush=True)
+    for r in range(args.repeat):
+        order = list(names)
+        random.Random(r).shuffle(order)
+        for name in order:
+            one_repeat(CLASSES[name](name, args.server), args, r, results[name])
+    table = markdown(results, args)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = [
+        f"# pgqueue vs procrastinate vs pgqueuer ({started})",
+        "",
+        f"`{command}`; {versions}; medians of {args.repeat} repeats (runs in parentheses).",
+        "",
+        table,
+        "",
+    ]
+    if "pgqueue" in results and len(results) > 1:
+        md += ["| target | measured | verdict |", "| --- | --- | --- |"]
+        md += [f"| {a} | {b} | **{c}** |" for a, b, c in verdicts(results)]
+        for row in verdicts(results):
+            print(" | ".join(row))
+    (args.out / "compare.md").write_text("\n".join(md) + "\n")
+    (args.out / "compare.json").write_text(
+        json.dumps(
+            {
+                "command": command,
+                "started": started,
+                "versions": versions,
+                "results": {k: v.__dict__ for k, v in results.items()},
+            },
+            indent=1,
+        )
+    )
+    plot(results, args.out / "compare.png")
+    print(f"wrote {args.out / 'compare.md'}, compare.png, compare.json")
+    return 0
+
+
+def _versions() -> str:
+    from importlib.metadata import version
+
+    return ", ".join(f"{x} {version(x)}" for x in ("pgqueue", "procrastinate", "pgqueuer"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
