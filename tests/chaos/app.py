@@ -1,0 +1,159 @@
+"""Tasks of the chaos suite (tests/chaos), run by real `pgqueue worker` processes.
+
+Three kinds of runs share the load:
+
+- `chaos.work`: a plain task on queue `chaos`;
+- `chaos.flow`: a workflow on queue `chaos_flows` whose steps (`ctx.step`) each do work;
+- `chaos.limited`: a plain task on queue `chaos_limited`, which has a cluster-wide
+  `concurrency` and a per-group `group_concurrency` limit.
+
+Every execution of a task body and of a step body is recorded in `chaos_exec` (one row
+per execution, keyed by a fresh uuid; started and ended are wall-clock times taken in the
+worker, which shares the host clock with the test). Writes are retried until the database
+answers again and are idempotent, so killed connections and outages neither lose nor
+double a record: a run executed twice shows up as two rows.
+
+`chaos_terminal` is filled by a trigger on pgqueue.runs with every transition into, or out
+of, a terminal state: a run that reached its end exactly once has exactly one row.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+import pgqueue
+from pgqueue.errors import ConfigError
+
+app = pgqueue.App()
+
+LIMIT = 3  # chaos_limited: runs at once, cluster-wide
+GROUP_LIMIT = 2  # chaos_limited: runs at once per group
+GROUPS = ("t0", "t1", "t2", "t3")
+MAX_ATTEMPTS = 25  # generous: the faults make attempts fail; runs must still succeed
+FAST = pgqueue.RetryPolicy(base=0.05, factor=2.0, max_delay=1.0, jitter=0.25)
+
+app.queue("chaos_limited", concurrency=LIMIT, group_concurrency=GROUP_LIMIT)
+
+DDL = """
+CREATE TABLE IF NOT EXISTS chaos_exec (
+    exec_id uuid PRIMARY KEY,
+    kind    text NOT NULL,              -- plain | limited | step
+    tag     text NOT NULL,              -- the run's first argument (unique per run)
+    run_id  bigint,                     -- steps: the workflow run
+    step    text,                       -- steps: the step name
+    attempt integer,                    -- steps: ctx.attempt of the executing attempt
+    grp     text,                       -- limited: the run's group
+    pid     integer NOT NULL,
+    started double precision NOT NULL,
+    ended   double precision
+);
+CREATE TABLE IF NOT EXISTS chaos_terminal (
+    run_id    bigint NOT NULL,
+    old_state text NOT NULL,
+    new_state text NOT NULL,
+    at        timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE OR REPLACE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_terminal (run_id, old_state, new_state)
+    VALUES (NEW.id, OLD.state, NEW.state);
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS chaos_audit ON pgqueue.runs;
+CREATE TRIGGER chaos_audit AFTER UPDATE OF state ON pgqueue.runs FOR EACH ROW
+WHEN (OLD.state IS DISTINCT FROM NEW.state
+      AND (NEW.state IN ('succeeded', 'failed', 'canceled')
+           OR OLD.state IN ('succeeded', 'failed', 'canceled')))
+EXECUTE FUNCTION chaos_audit();
+"""
+
+# What "the database is unreachable right now" looks like from a task's side.
+UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, ConfigError)
+
+
+def _write(query: str, params: Any, deadline: float = 120.0) -> None:
+    """An idempotent write through the App's pool, retried until the database is back."""
+    give_up = time.monotonic() + deadline
+    while True:
+        try:
+            with app.connection() as conn:
+                conn.execute(query, params)
+            return
+        except UNREACHABLE:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.05)
+
+
+class Execution:
+    """One execution of a body, recorded in chaos_exec at its start and at its end."""
+
+    def __init__(self, kind: str, tag: str, **fields: Any) -> None:
+        self.id = uuid.uuid4()
+        _write(
+            "INSERT INTO chaos_exec (exec_id, kind, tag, run_id, step, attempt, grp, pid, started)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (exec_id) DO NOTHING",
+            (
+                self.id,
+                kind,
+                tag,
+                fields.get("run_id"),
+                fields.get("step"),
+                fields.get("attempt"),
+                fields.get("grp"),
+                os.getpid(),
+                time.time(),
+            ),
+        )
+
+    def end(self) -> None:
+        ended = time.time()  # when the body ended, not when the write got through
+        _write("UPDATE chaos_exec SET ended = %s WHERE exec_id = %s", (ended, self.id))
+
+
+@app.task(name="chaos.work", queue="chaos", max_attempts=MAX_ATTEMPTS, retry=FAST)
+def work(tag: str, seconds: float) -> str:
+    execution = Execution("plain", tag)
+    time.sleep(seconds)
+    execution.end()
+    return tag
+
+
+def _group(tag: str, group: str, seconds: float) -> str:
+    return group
+
+
+@app.task(
+    name="chaos.limited",
+    queue="chaos_limited",
+    max_attempts=MAX_ATTEMPTS,
+    retry=FAST,
+    group=_group,
+)
+def limited(tag: str, group: str, seconds: float) -> str:
+    execution = Execution("limited", tag, grp=group)
+    time.sleep(seconds)
+    execution.end()
+    return tag
+
+
+def _step_body(tag: str, run_id: int, step: str, attempt: int, seconds: float) -> int:
+    execution = Execution("step", tag, run_id=run_id, step=step, attempt=attempt)
+    time.sleep(seconds)
+    execution.end()
+    return 1
+
+
+@app.workflow(name="chaos.flow", queue="chaos_flows", max_attempts=MAX_ATTEMPTS, retry=FAST)
+def flow(ctx: pgqueue.Context, tag: str, steps: int, seconds: float) -> int:
+    done = 0
+    for i in range(steps):
+        name = f"s{i}"
+        done += ctx.step(name, _step_body, tag, ctx.run_id, name, ctx.attempt, seconds)
+    return done
