@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -293,3 +294,39 @@ def table(figures: Sequence[Figure]) -> str:
         cells = [c.ljust(w) if c != "---" else "-" * w for c, w in zip(r, widths, strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def write_report(
+    out: Path,
+    stem: str,
+    *,
+    command: str,
+    machine: dict[str, Any],
+    started: float,
+    figures: Sequence[Figure],
+    details: dict[str, Any],
+) -> Path:
+    """Print the results table and notes, write raw samples to out/<stem>.json and EXPLAIN
+    texts (details keys starting with explain_) to out/<key>.txt; return the JSON path."""
+    print()
+    print(table(figures))
+    for f in figures:
+        if f.note:
+            print(f"  {f.name.strip()}: {f.note}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.json"
+    raw = {k: v for k, v in details.items() if not k.startswith("explain_")}
+    record = {
+        "command": command,
+        "machine": machine,
+        "started": started,
+        "seconds": time.time() - started,
+        "figures": [f.as_dict() for f in figures],
+        "details": raw,
+    }
+    path.write_text(json.dumps(record, indent=1, default=str))
+    for key, text in details.items():
+        if key.startswith("explain_"):
+            (out / f"{key}.txt").write_text(text + "\n")
+    print(f"\nraw samples: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return path

@@ -26,7 +26,6 @@ Every configuration gets a freshly created and migrated scratch database.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
@@ -57,9 +56,9 @@ from bench.common import (
     cpu_mark,
     fmt,
     subprocess_env,
-    table,
     vacuum_analyze,
     worker_command,
+    write_report,
 )
 from pgqueue import _sql
 
@@ -506,32 +505,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   {name}: {time.time() - t0:.0f}s, all CPUs {100 * busy:.0f}% busy")
     finally:
         scratch.drop()
-    print()
-    print(table(figures))
-    for f in figures:
-        if f.note:
-            print(f"  {f.name.strip()}: {f.note}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"features-{'-'.join(args.benchmarks)}.json"
-    details = {k: v for k, v in ctx.details.items() if not k.startswith("explain_")}
-    path.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": facts,
-                "started": started,
-                "seconds": time.time() - started,
-                "figures": [f.as_dict() for f in figures],
-                "details": details,
-            },
-            indent=1,
-            default=str,
-        )
+    write_report(
+        args.out,
+        f"features-{'-'.join(args.benchmarks)}",
+        command=command,
+        machine=facts,
+        started=started,
+        figures=figures,
+        details=ctx.details,
     )
-    for key, text in ctx.details.items():
-        if key.startswith("explain_"):
-            (args.out / f"{key}.txt").write_text(text + "\n")
-    print(f"\nraw samples: {path}")
     return 0
 
 

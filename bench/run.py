@@ -16,7 +16,6 @@ repeat. Raw samples go to bench/out/<name>.json (--out).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -41,7 +40,7 @@ from bench.common import (
     Scratch,
     busy_since,
     cpu_mark,
-    table,
+    write_report,
 )
 
 BENCHMARKS = ("enqueue-bulk", "enqueue-single", "process", "pickup", "claim")
@@ -289,33 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             ctx.scratch.drop()
-    print()
-    print(table(figures))
-    for f in figures:
-        if f.note:
-            print(f"  {f.name.strip()}: {f.note}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "-".join(args.benchmarks) if len(args.benchmarks) < len(BENCHMARKS) else "all"
-    path = args.out / f"{stem}.json"
-    details = {k: v for k, v in ctx.details.items() if not k.startswith("explain_")}
-    path.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": facts,
-                "started": started,
-                "seconds": time.time() - started,
-                "figures": [f.as_dict() for f in figures],
-                "details": details,
-            },
-            indent=1,
-            default=str,
-        )
+    write_report(
+        args.out,
+        "-".join(args.benchmarks) if len(args.benchmarks) < len(BENCHMARKS) else "all",
+        command=command,
+        machine=facts,
+        started=started,
+        figures=figures,
+        details=ctx.details,
     )
-    for key, text in ctx.details.items():
-        if key.startswith("explain_"):
-            (args.out / f"{key}.txt").write_text(text + "\n")
-    print(f"\nraw samples: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 
 
