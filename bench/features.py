@@ -30,7 +30,6 @@ import logging
 import os
 import random
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -440,28 +439,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def in_snapshot(args: argparse.Namespace, argv: list[str]) -> int:
-    """Re-run this command inside a frozen copy of the core (bench.run.make_snapshot)."""
-    dest, label = run.make_snapshot(None)
-    print(f"running against a {label} in {dest}", flush=True)
-    env = dict(os.environ)
-    env[run.SNAPSHOT_ENV] = label
-    env[run.COMMAND_ENV] = "python -m bench.features " + shlex.join(argv)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(dest), env.get("PYTHONPATH")]))
-    child = [*argv, "--out", str(args.out.resolve())]
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "bench.features", *child], cwd=dest, env=env, check=False
-        ).returncode
-    finally:
-        shutil.rmtree(dest, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     if args.snapshot and not os.environ.get(run.SNAPSHOT_ENV):
-        return in_snapshot(args, argv)
+        return run.run_in_snapshot(args, argv, module="bench.features")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     command = os.environ.get(run.COMMAND_ENV) or "python -m bench.features " + shlex.join(argv)

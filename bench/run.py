@@ -215,17 +215,20 @@ def make_snapshot(rev: str | None) -> tuple[Path, str]:
     return dest, f"{label}, taken {time.strftime('%Y-%m-%d %H:%M:%S')}"
 
 
-def run_in_snapshot(args: argparse.Namespace, argv: list[str]) -> int:
-    dest, label = make_snapshot(args.snapshot_rev)
+def run_in_snapshot(
+    args: argparse.Namespace, argv: list[str], module: str = "bench.run", rev: str | None = None
+) -> int:
+    """Re-run `python -m <module> argv` inside a frozen copy of the core (make_snapshot)."""
+    dest, label = make_snapshot(rev)
     print(f"running against a {label} in {dest}", flush=True)
     env = dict(os.environ)
     env[SNAPSHOT_ENV] = label
-    env[COMMAND_ENV] = "python -m bench.run " + shlex.join(argv)
+    env[COMMAND_ENV] = f"python -m {module} " + shlex.join(argv)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(dest), env.get("PYTHONPATH")]))
     child = [*argv, "--out", str(args.out.resolve())]
     try:
         return subprocess.run(
-            [sys.executable, "-m", "bench.run", *child], cwd=dest, env=env, check=False
+            [sys.executable, "-m", module, *child], cwd=dest, env=env, check=False
         ).returncode
     finally:
         shutil.rmtree(dest, ignore_errors=True)
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     if (args.snapshot or args.snapshot_rev) and not os.environ.get(SNAPSHOT_ENV):
-        return run_in_snapshot(args, argv)
+        return run_in_snapshot(args, argv, rev=args.snapshot_rev)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     command = os.environ.get(COMMAND_ENV) or "python -m bench.run " + shlex.join(argv)
