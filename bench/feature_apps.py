@@ -16,9 +16,9 @@ import pgqueue
 app = pgqueue.App(pool_size=int(os.environ.get("FEAT_POOL_SIZE", "4")))
 
 FREE_QUEUE = "feat_free"  # no limits: the lock-free claim.sql
-LIMITED_QUEUE = "feat_limited"  # concurrency 50: lock_queue + claim_limited
+LIMITED_QUEUE = "feat_limited"  # concurrency 50: claim_limited
 HIGH_LIMIT_QUEUE = "feat_limited_hi"  # concurrency 1000: never binds for 50-100 slots
-GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: lock_queue + claim_limited
+GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: claim_limited
 TASK_QUEUE = "feat_task"
 WORKFLOW_QUEUE = "feat_wf"
 

@@ -12,7 +12,7 @@ reached), (c) a queue with group_concurrency 1 whose runs are spread evenly over
 groups. Throughput = n / (max(finished_at) - min(started_at)) on the
 database clock. Ratio (b)/(a) and (c)/(a) per repeat, same process count. Also: the SQL
 alone (claim + complete on one connection, batch = --concurrency) per queue, and EXPLAIN
-ANALYZE of lock_queue + claim_limited (bench/out/explain_features_*.txt).
+ANALYZE of claim_limited (bench/out/explain_features_*.txt).
 
 workflows: one worker process drains n queued runs of a plain sync no-op task, then of a
 workflow of four no-op `ctx.step` calls. Cost per step = (1/wf_rate - 1/task_rate) / 4.
@@ -177,17 +177,21 @@ def drain(
 
 
 def drain_sql(conn: Conn, queue: str, limit: int, limited: bool) -> float:
-    """Claim (claim.sql, or lock_queue + claim_limited in one transaction) and complete
+    """Claim (claim.sql, or claim_limited.sql) and complete
     every queued run of `queue` on one connection, running nothing. Returns runs/s."""
     worker_id = uuid.uuid4()
-    params = {"queue": queue, "limit": limit, "worker_id": worker_id, "lease_seconds": 30.0}
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "worker_id": worker_id,
+        "lease_seconds": 30.0,
+        "finishing": [],
+    }
     claim_q = _sql.query("claim_limited" if limited else "claim")
     done = 0
     t0 = time.perf_counter()
     while True:
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            if limited:
-                cur.execute(_sql.query("lock_queue"), {"queue": queue})
+        with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(claim_q, params).fetchall()
         if not rows:
             break
@@ -197,15 +201,20 @@ def drain_sql(conn: Conn, queue: str, limit: int, limited: bool) -> float:
 
 
 def explain_limited(conn: Conn, queue: str, limit: int) -> str:
-    """EXPLAIN ANALYZE of claim_limited after lock_queue, in a rolled-back transaction:
+    """EXPLAIN ANALYZE of claim_limited, in a rolled-back transaction:
     cold (nothing running) and steady (right after a claim of `limit` runs), custom and
     generic plans."""
-    params = {"queue": queue, "limit": limit, "worker_id": uuid.uuid4(), "lease_seconds": 30.0}
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "worker_id": uuid.uuid4(),
+        "lease_seconds": 30.0,
+        "finishing": [],
+    }
     out = []
     for state in ("cold", "steady"):
         for mode in ("force_custom_plan", "force_generic_plan"):
             with conn.transaction(force_rollback=True):
-                conn.execute(_sql.query("lock_queue"), {"queue": queue})
                 if state == "steady":
                     conn.execute(_sql.query("claim_limited"), params).fetchall()
                 text = explain_prepared(conn, _sql.query("claim_limited"), params, mode)
@@ -359,7 +368,7 @@ def workflows(ctx: Context, *, n: int, concurrencies: Sequence[int]) -> list[Fig
 def claim_groups(
     ctx: Context, *, n: int, limit: int, groups: Sequence[int], tries: int = 5
 ) -> list[Figure]:
-    """Server execution time of one lock_queue + claim_limited of `limit` runs (EXPLAIN
+    """Server execution time of one claim_limited of `limit` runs (EXPLAIN
     ANALYZE, TIMING OFF, generic plan, rolled back; median of `tries`) with n queued runs
     spread over each number of groups, group_concurrency 1: how a claim's cost grows with
     the number of groups holding queued runs."""
@@ -369,7 +378,7 @@ def claim_groups(
         )
         for g in groups
     }
-    params = {"queue": fa.GROUPS_QUEUE, "limit": limit, "lease_seconds": 30.0}
+    params = {"queue": fa.GROUPS_QUEUE, "limit": limit, "lease_seconds": 30.0, "finishing": []}
     for _ in range(ctx.repeat):
         for g in random.sample(list(groups), len(groups)):
             ctx.scratch.fresh()
@@ -379,7 +388,6 @@ def claim_groups(
                 times = []
                 for _ in range(tries):
                     with conn.transaction(force_rollback=True):
-                        conn.execute(_sql.query("lock_queue"), {"queue": fa.GROUPS_QUEUE})
                         text = explain_prepared(
                             conn,
                             _sql.query("claim_limited"),

@@ -497,7 +497,7 @@ def queues_groups(
     if as_json:
         echo_json(rows)
     else:
-        table(rows, ["queue", "group_key", "running", "queued", "deferred", "last_claimed_at"])
+        table(rows, ["queue", "group_key", "running", "queued", "deferred", "last_started_at"])
 
 
 @cli.command()

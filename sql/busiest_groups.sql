@@ -1,4 +1,4 @@
-SELECT queue, group_key, running, queued, deferred, last_claimed_at
+SELECT queue, group_key, running, queued, deferred, last_started_at
 FROM pgqueue.groups
 WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
 ORDER BY running DESC, queued DESC, queue, group_key

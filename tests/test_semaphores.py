@@ -191,6 +191,52 @@ def test_pause_and_resume_across_workers(dsn: str, limits: pgqueue.App) -> None:
     assert all(p.proc.poll() is not None for p in procs)
 
 
+WORKER = "00000000-0000-0000-0000-000000000001"
+
+
+def claim_limited(
+    conn: psycopg.Connection[Any], limit: int, finishing: list[str] | None = None
+) -> list[tuple[str, str]]:
+    """(group_key, task) of the runs one limited claim of queue q takes, sorted."""
+    params = {
+        "queue": "q",
+        "limit": limit,
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+        "finishing": finishing or [],
+    }
+    rows = conn.execute(_sql.query("claim_limited"), params).fetchall()
+    return sorted((r[10], r[1]) for r in rows)
+
+
+def explain_nested(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> list[Any]:
+    """EXPLAIN ANALYZE plans of every statement `query` runs, nested ones included
+    (auto_explain at NOTICE level), in a rolled-back transaction; the last is `query`."""
+    with conn.transaction(force_rollback=True):
+        conn.execute(query, params)  # warm up: compile the function, fill catalog caches
+    plans: list[Any] = []
+    conn.add_notice_handler(
+        lambda d: (
+            plans.append(json.loads(d.message_primary.split("\n", 1)[1]))
+            if d.message_primary and d.message_primary.startswith("duration:")
+            else None
+        )
+    )
+    with conn.transaction(force_rollback=True):
+        conn.execute("LOAD 'auto_explain'")
+        for setting, value in [
+            ("log_min_duration", "0"),
+            ("log_nested_statements", "on"),
+            ("log_analyze", "on"),
+            ("log_buffers", "on"),
+            ("log_format", "json"),
+            ("log_level", "notice"),
+        ]:
+            conn.execute(f"SET LOCAL auto_explain.{setting} = '{value}'")
+        conn.execute(query, params)
+    return plans
+
+
 def test_limited_claim_does_not_read_a_full_groups_backlog(conn: psycopg.Connection[Any]) -> None:
     conn.execute("""
         INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('q', 1);
@@ -205,21 +251,91 @@ def test_limited_claim_does_not_read_a_full_groups_backlog(conn: psycopg.Connect
     params = {
         "queue": "q",
         "limit": 10,
-        "worker_id": "00000000-0000-0000-0000-000000000001",
+        "worker_id": WORKER,
         "lease_seconds": 30,
+        "finishing": [],
     }
-    with conn.transaction(force_rollback=True):
-        conn.execute(_sql.query("lock_queue"), {"queue": "q"})
-        plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _sql.query("claim_limited"), params
-        ).fetchone()[0]  # type: ignore[index]
-    text = json.dumps(plan)
-    assert not [n for n in seq_scans(plan) if n == "runs"], "the claim scanned pgqueue.runs"
+    plans = explain_nested(conn, _sql.query("claim_limited"), params)
+    # the outer statement and, nested in it, the function's statements
+    assert len(plans) >= 5, plans
+    text = json.dumps(plans)
+    assert not [n for n in seq_scans(plans) if n == "runs"], "the claim scanned pgqueue.runs"
     assert "runs_group_claim_idx" in text
-    top = plan[0]["Plan"]
-    touched = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
-    assert touched < 500, f"claim touched {touched} blocks: it read the backlog"
-    with conn.transaction():
-        conn.execute(_sql.query("lock_queue"), {"queue": "q"})
-        claimed = conn.execute(_sql.query("claim_limited"), params).fetchall()
-    assert [r[10] for r in claimed] == ["small"]
+    outer = plans[-1]["Plan"]
+    touched = outer.get("Shared Hit Blocks", 0) + outer.get("Shared Read Blocks", 0)
+    assert touched < 200, f"claim touched {touched} blocks: it read the backlog"
+    assert [g for g, _ in claim_limited(conn, 10)] == ["small"]
+
+
+def test_limited_claim_cost_does_not_grow_with_groups(conn: psycopg.Connection[Any]) -> None:
+    """1,000 groups with room, 10 permits: the claim visits about 10 groups, not 1,000."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('q', 1);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state)
+        SELECT 't', 'q', 'g' || lpad((i % 1000)::text, 4, '0'), 'queued'
+        FROM generate_series(1, 20000) i;
+        ANALYZE pgqueue.runs;
+    """)
+    plans = explain_nested(
+        conn,
+        _sql.query("claim_limited"),
+        {"queue": "q", "limit": 10, "worker_id": WORKER, "lease_seconds": 30, "finishing": []},
+    )
+    outer = plans[-1]["Plan"]
+    touched = outer.get("Shared Hit Blocks", 0) + outer.get("Shared Read Blocks", 0)
+    assert touched < 400, f"claim touched {touched} blocks for 10 runs"
+    probes = [p for p in plans if "runs_group_claim_idx" in json.dumps(p)]
+    assert len(probes) < 60, f"{len(probes)} index probes for 10 runs"
+
+
+def test_limited_claim_order_priority_turns_fifo(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 100);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, priority)
+        VALUES ('a1', 'q', 'a', 'queued', 0), ('a2', 'q', 'a', 'queued', 0),
+               ('a3', 'q', 'a', 'queued', 0), ('b1', 'q', 'b', 'queued', 0),
+               ('b2', 'q', 'b', 'queued', 0), ('c1', 'q', 'c', 'queued', 0),
+               ('d1', 'q', 'd', 'queued', -5), ('d2', 'q', 'd', 'queued', 5);
+    """)
+    # priority -5 first; then one run per group in turn (a, b, c), then a's second
+    assert claim_limited(conn, 5) == [
+        ("a", "a1"),
+        ("a", "a2"),
+        ("b", "b1"),
+        ("c", "c1"),
+        ("d", "d1"),
+    ]
+    # the cursor is at c: the next turn starts after it (d's priority-5 run waits for the
+    # priority-0 runs), wrapping around to a
+    assert claim_limited(conn, 2) == [("a", "a3"), ("b", "b2")]
+    assert claim_limited(conn, 5) == [("d", "d2")]
+    assert scalar_conn(conn, "SELECT rr_cursor FROM pgqueue.queues WHERE name = 'q'") == "d"
+
+
+def test_limited_claim_counts_permits_exactly(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency, group_concurrency) VALUES ('q', 3, 2);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state)
+        SELECT 't', 'q', g, 'queued' FROM unnest(ARRAY['a', 'a', 'a', 'b', 'b']) g;
+    """)
+    first = claim_limited(conn, 10)
+    assert [g for g, _ in first] == ["a", "a", "b"]  # queue limit 3, group limit 2
+    assert claim_limited(conn, 10) == []
+    token = scalar_conn(
+        conn,
+        "SELECT lease_token::text FROM pgqueue.runs WHERE state = 'running' AND group_key = 'a' LIMIT 1",
+    )
+    # a run whose outcome is being written gives its permit to its own worker's claim
+    # (the cursor is at b, so a's turn comes first)
+    assert [g for g, _ in claim_limited(conn, 10, finishing=[token])] == ["a"]
+    # an expired lease holds no permit
+    conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() WHERE group_key = 'a'")
+    assert [g for g, _ in claim_limited(conn, 10)] == ["b"]
+    conn.execute("UPDATE pgqueue.queues SET paused = true WHERE name = 'q'")
+    conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now()")
+    assert claim_limited(conn, 10) == []
+
+
+def scalar_conn(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+    row = conn.execute(query, args or None).fetchone()
+    return row[0] if row else None

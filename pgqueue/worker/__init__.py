@@ -100,6 +100,9 @@ class Worker:
         self.limited: set[str] = set()  # served queues with cluster-wide limits
         # every attempt's coroutine until its outcome is written (outlives its slot)
         self._executing: set[asyncio.Task[None]] = set()
+        # Lease tokens of runs whose code has returned and whose outcome is being
+        # written: a limited claim does not count them as holding permits.
+        self._finishing: set[uuid.UUID] = set()
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -328,6 +331,7 @@ class Worker:
             "limit": limit,
             "worker_id": self.id,
             "lease_seconds": self.lease_seconds,
+            "finishing": list(self._finishing),
         }
         async with self.pool.connection() as conn:
             rows = await semaphores.claim(conn, queue, params, queue in self.limited)
@@ -353,8 +357,12 @@ class Worker:
                 if inv is None or inv.done():
                     # The slot is free while the outcome is written: the next claim
                     # overlaps this completion instead of waiting for it.
+                    self._finishing.add(held.lease_token)
                     self._free(held)
-                written = await self.completer.submit(outcome)
+                try:
+                    written = await self.completer.submit(outcome)
+                finally:
+                    self._finishing.discard(held.lease_token)
                 self.stats[outcome.state if written else "fenced"] += 1
                 self.transitions.finished(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:

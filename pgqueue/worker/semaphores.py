@@ -1,8 +1,9 @@
 """Semaphores: which served queues have cluster-wide limits, and how to claim from them.
 
-A queue with `concurrency` and/or `group_concurrency` is claimed by claim_limited inside
-a transaction holding the queue's row lock, so claimers of that queue take turns and
-count exactly. Queues without limits use the lock-free SKIP LOCKED claim.
+A queue with `concurrency` and/or `group_concurrency` is claimed by the SQL function
+pgqueue.claim_limited, which holds the queue's row lock for its one statement, so
+claimers of that queue take turns and count exactly. Queues without limits use the
+lock-free SKIP LOCKED claim.
 """
 
 from __future__ import annotations
@@ -37,13 +38,8 @@ class QueueLimits(Service):
 async def claim(
     conn: AsyncConnection[Any], queue: str, params: dict[str, Any], limited: bool
 ) -> list[dict[str, Any]]:
-    """Claim up to params["limit"] runs of `queue` (one round trip in pipeline mode)."""
-    if not limited:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_sql.query("claim"), params)
-            return await cur.fetchall()
-    async with conn.pipeline(), conn.transaction():
-        await conn.execute(_sql.query("lock_queue"), {"queue": queue})
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_sql.query("claim_limited"), params)
-            return await cur.fetchall()
+    """Claim up to params["limit"] runs of `queue`: one statement, one round trip.
+    A limited claim also takes params["finishing"] (see sql/claim_limited.sql)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_sql.query("claim_limited" if limited else "claim"), params)
+        return await cur.fetchall()
