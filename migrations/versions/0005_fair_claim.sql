@@ -99,28 +99,24 @@ BEGIN
             CONTINUE WHEN seg = 1 AND q.rr_cursor IS NULL;
             k := CASE WHEN seg = 0 THEN q.rr_cursor END;
             LOOP
+                -- One probe finds the next group and its first run: the index is
+                -- ordered by group, then id.
                 IF k IS NULL THEN
-                    k := (SELECT r.group_key FROM pgqueue.runs r
-                           WHERE r.state = 'queued' AND r.queue = p_queue
-                             AND r.priority = lvl
-                           ORDER BY r.group_key LIMIT 1);
+                    SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                     WHERE r.state = 'queued' AND r.queue = p_queue AND r.priority = lvl
+                     ORDER BY r.group_key, r.id LIMIT 1;
                 ELSE
-                    k := (SELECT r.group_key FROM pgqueue.runs r
-                           WHERE r.state = 'queued' AND r.queue = p_queue
-                             AND r.priority = lvl AND r.group_key > k
-                           ORDER BY r.group_key LIMIT 1);
+                    SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                     WHERE r.state = 'queued' AND r.queue = p_queue AND r.priority = lvl
+                       AND r.group_key > k
+                     ORDER BY r.group_key, r.id LIMIT 1;
                 END IF;
                 EXIT WHEN k IS NULL OR (seg = 1 AND k > q.rr_cursor);
+                -- Within one priority a group is visited once; `used` holds the runs
+                -- picked at earlier priorities.
                 CONTINUE WHEN gc - coalesce((busy ->> k)::bigint, 0)
                                  - coalesce((used ->> k)::bigint, 0) <= 0;
-                run_id := (SELECT r.id FROM pgqueue.runs r
-                            WHERE r.state = 'queued' AND r.queue = p_queue
-                              AND r.priority = lvl AND r.group_key = k
-                            ORDER BY r.id LIMIT 1);
-                CONTINUE WHEN run_id IS NULL;  -- canceled since the probe above
                 picked := picked || run_id;
-                used := jsonb_set(used, ARRAY[k],
-                                  to_jsonb(coalesce((used ->> k)::bigint, 0) + 1));
                 turns := turns || k;
                 last := k;
                 EXIT by_priority WHEN cardinality(picked) >= budget;
@@ -137,7 +133,8 @@ BEGIN
                         FROM (SELECT t.group_key, t.turn,
                                      least(budget,
                                            gc - coalesce((busy ->> t.group_key)::bigint, 0)
-                                              - coalesce((used ->> t.group_key)::bigint, 0))
+                                              - coalesce((used ->> t.group_key)::bigint, 0)
+                                              - 1)  -- the run of its turn
                                          AS room
                                 FROM unnest(turns) WITH ORDINALITY AS t(group_key, turn)) g
                        CROSS JOIN LATERAL (
@@ -153,6 +150,7 @@ BEGIN
                 ORDER BY c.nth, c.turn
                 LIMIT budget - cardinality(picked));
             EXIT by_priority WHEN cardinality(picked) >= budget;
+            -- Before the next priority: every run picked so far, per group.
             SELECT coalesce(jsonb_object_agg(u.group_key, u.n), '{}') INTO used
               FROM (SELECT r.group_key, count(*) AS n FROM pgqueue.runs r
                      WHERE r.id = ANY (picked) GROUP BY r.group_key) u;
