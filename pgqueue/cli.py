@@ -8,11 +8,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import click
 import psycopg
+from click.core import ParameterSource
 
 from pgqueue import _logging, _sql, db, migrate, retention
 from pgqueue.app import App
@@ -119,6 +120,88 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
+    """A retention age: 7d, 12h, 30m, 1d12h or plain seconds (retention.parse_duration),
+    or the word forever (None: keep forever)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, timedelta):
+            return value
+        text = str(value)
+        if text.strip().lower() == "forever":
+            return None
+        try:
+            age = retention.parse_duration(text)
+        except UserError as exc:
+            self.fail(f"{exc}, or forever", param, ctx)
+        if age < timedelta(0):
+            self.fail(f"{text!r} is negative; give an age such as 7d", param, ctx)
+        return age
+
+
+KEPT = ("succeeded", "failed", "canceled", "events")
+
+
+def retention_options(fn: F) -> F:
+    """--keep-succeeded/--keep-failed/--keep-canceled/--keep-events and --no-prune."""
+    defaults = retention.DEFAULT_RETENTION
+    what = {
+        "succeeded": "succeeded runs (with their steps and errors)",
+        "failed": "failed runs",
+        "canceled": "canceled runs",
+        "events": "events (by created_at)",
+    }
+    fn = click.option(
+        "--no-prune",
+        is_flag=True,
+        help="This worker never deletes history (other workers or `pgqueue prune` may).",
+    )(fn)
+    for field in reversed(KEPT):
+        fn = click.option(
+            f"--keep-{field}",
+            type=Duration(),
+            default=_age_text(getattr(defaults, field)),
+            show_default=True,
+            metavar="AGE",
+            help=f"Delete {what[field]} older than AGE (7d, 12h, 30m, 1d12h, forever).",
+        )(fn)
+    return fn
+
+
+def _age_text(age: timedelta | None) -> str:
+    if age is None:
+        return "forever"
+    seconds = int(age.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def worker_retention(
+    ctx: click.Context, no_prune: bool, keep: dict[str, timedelta | None]
+) -> retention.Retention | None:
+    """The worker's Retention from --keep-* (None: forever) and --no-prune."""
+    if no_prune:
+        given = [
+            f"--keep-{field}"
+            for field in KEPT
+            if ctx.get_parameter_source(f"keep_{field}")
+            in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        ]
+        if given:
+            fail(f"--no-prune contradicts {', '.join(given)}: give one or the other")
+        return None
+    return retention.Retention(
+        succeeded=keep["succeeded"],
+        failed=keep["failed"],
+        canceled=keep["canceled"],
+        events=keep["events"],
+    )
+
+
 def parse_json(option: str, text: str | None, kind: type) -> Any:
     if text is None:
         return kind()
@@ -192,7 +275,10 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     type=click.IntRange(0, 65535),
     help="Serve Prometheus metrics on this port (needs pgqueue[metrics]).",
 )
+@retention_options
+@click.pass_context
 def worker(
+    ctx: click.Context,
     dsn: str | None,
     embedded: bool,
     app_spec: str,
@@ -205,8 +291,23 @@ def worker(
     log_level: str,
     log_format: str,
     metrics_port: int | None,
+    keep_succeeded: timedelta | None,
+    keep_failed: timedelta | None,
+    keep_canceled: timedelta | None,
+    keep_events: timedelta | None,
+    no_prune: bool,
 ) -> None:
-    """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits)."""
+    """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits).
+
+    About once a minute the worker also deletes finished runs and events older than the
+    --keep-* ages (see docs/operations.md, Retention)."""
+    keep = {
+        "succeeded": keep_succeeded,
+        "failed": keep_failed,
+        "canceled": keep_canceled,
+        "events": keep_events,
+    }
+    keep_history = worker_retention(ctx, no_prune, keep)
     _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
@@ -217,6 +318,7 @@ def worker(
         grace=grace,
         poll_interval=poll_interval,
         metrics_port=metrics_port,
+        retention=keep_history,
     ).run(burst=burst)
 
 

@@ -304,6 +304,102 @@ def test_no_pruning_with_retention_none(app: pgqueue.App, conn: psycopg.Connecti
     assert scalar(app.dsn, "SELECT count(*) FROM pgqueue.runs WHERE id = %s", (run_id,)) == 1
 
 
+def test_worker_cli_keep_flags_prune_old_history(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """`pgqueue worker --keep-*`: a worker process started from the CLI prunes with them."""
+    gone = {
+        finished(conn, "succeeded", timedelta(hours=2)),
+        finished(conn, "failed", timedelta(days=2)),
+    }
+    keep = {
+        finished(conn, "succeeded", timedelta(minutes=10)),
+        finished(conn, "failed", timedelta(hours=20)),
+        finished(conn, "canceled", timedelta(days=400)),  # --keep-canceled forever
+    }
+    conn.execute(
+        "INSERT INTO pgqueue.events (event, created_at) VALUES ('old', now() - interval '2 hours'),"
+        " ('new', now() - interval '30 minutes')"
+    )
+    with WorkerProcess(
+        app.dsn,
+        "tests.apps.basic:app",
+        "--queues",
+        "none",
+        "--keep-succeeded",
+        "1h",
+        "--keep-failed",
+        "1d",
+        "--keep-canceled",
+        "forever",
+        "--keep-events",
+        "1h",
+    ) as worker:
+        worker.wait_ready()
+
+        def pruned() -> bool:
+            ids = {r[0] for r in conn.execute("SELECT id FROM pgqueue.runs")}
+            events = scalar(app.dsn, "SELECT array_agg(event) FROM pgqueue.events")
+            return not ids & gone and events == ["new"]
+
+        wait_until(pruned, message="the CLI worker's pruner to delete the old runs and events")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, worker.output()
+    assert {r[0] for r in conn.execute("SELECT id FROM pgqueue.runs")} == keep
+
+
+def test_worker_cli_retention_options(
+    capsys: Any, app: pgqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The --keep-* and --no-prune flags become Worker(retention=...), from `pgqueue
+    worker` and from the framework integrations (the same click command)."""
+    from pgqueue.contrib import _cli
+
+    given: list[Any] = []
+
+    class Stub:
+        def run(self, burst: bool = False) -> None:
+            pass
+
+    def fake_worker(self: pgqueue.App, **options: Any) -> Stub:
+        given.append(options["retention"])
+        return Stub()
+
+    monkeypatch.setattr(pgqueue.App, "worker", fake_worker)
+    base = ["worker", "--dsn", app.dsn, "--app", "tests.apps.basic:app"]
+    assert cli(capsys, *base)[0] == 0
+    assert given.pop() == pgqueue.Retention()
+    assert cli(capsys, *base, "--keep-succeeded", "1d12h", "--keep-failed", "forever")[0] == 0
+    assert given.pop() == pgqueue.Retention(succeeded=timedelta(hours=36), failed=None)
+    assert cli(capsys, *base, "--keep-canceled", "90", "--keep-events", "2w")[0] == 0
+    assert given.pop() == pgqueue.Retention(canceled=timedelta(seconds=90), events=timedelta(14))
+    assert cli(capsys, *base, "--no-prune")[0] == 0
+    assert given.pop() is None
+    _cli.run(
+        ["worker", "--keep-succeeded", "12h"], app=app, dsn=app.dsn, prog_name="manage.py pgqueue"
+    )
+    assert given.pop() == pgqueue.Retention(succeeded=timedelta(hours=12))
+
+
+def test_worker_cli_bad_retention_is_a_user_error(
+    capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked before the database is: no DSN is needed to report them.
+    monkeypatch.delenv("PGQUEUE_DSN", raising=False)
+    base = ["worker", "--app", "tests.apps.basic:app"]
+    assert_user_error(
+        cli(capsys, *base, "--keep-succeeded", "7 days"),
+        "Invalid value for '--keep-succeeded'",
+        "invalid duration '7 days'",
+    )
+    assert_user_error(cli(capsys, *base, "--keep-failed", "-1h"), "--keep-failed")
+    assert_user_error(cli(capsys, *base, "--keep-events", "-5"), "negative")
+    assert_user_error(
+        cli(capsys, *base, "--no-prune", "--keep-failed", "1d"), "--no-prune contradicts"
+    )
+    assert_user_error(cli(capsys, *base, "--keep-canceled"), "requires an argument")
+
+
 # -- metrics and logs -------------------------------------------------------------------
 
 
