@@ -80,6 +80,9 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
         "result": [None] * 2,
         "error": [None] * 2,
         "error_kind": [None] * 2,
+    # Retention: finished runs by age; the parent check probes the primary key per run.
+    prune = {"state": "succeeded", "older_than": 0, "limit": 1000}
+    assert_uses(plan(big, "prune_runs", prune), "runs_finished_idx")
         "traceback": [None] * 2,
         "delay": [0.0] * 2,
         "refund": [False] * 2,
