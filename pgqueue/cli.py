@@ -81,6 +81,13 @@ def open_app(dsn: str | None, embedded: bool, spec: str | None = None) -> App:
     app = load_app(spec) if spec else App()
     if dsn or embedded or app._dsn is None:
         app.configure(dsn=resolve_dsn(dsn, embedded))
+    # Close the pool when the command ends (it reopens if the App is used again): a pool
+    # left to the garbage collector may be collected in one of its own threads, which
+    # psycopg_pool reports as "cannot join current thread" (seen under Django's
+    # call_command, where the process lives on).
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(app.close)
     app.check_schema()
     return app
 
