@@ -323,7 +323,8 @@ def test_limited_claim_counts_permits_exactly(conn: psycopg.Connection[Any]) -> 
     assert claim_limited(conn, 10) == []
     token = scalar_conn(
         conn,
-        "SELECT lease_token::text FROM pgqueue.runs WHERE state = 'running' AND group_key = 'a' LIMIT 1",
+        "SELECT lease_token::text FROM pgqueue.runs"
+        " WHERE state = 'running' AND group_key = 'a' LIMIT 1",
     )
     # a run whose outcome is being written gives its permit to its own worker's claim
     # (the cursor is at b, so a's turn comes first)
