@@ -19,6 +19,16 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
 4. idle pickup: the same worker, now idle and LISTENing; this process enqueues one `ping`
    job every 15-35 ms; the task body sends (i, time.time()) over UDP. Latency = task body
    start - enqueue call start, same host clock;
+3b. processing with two worker processes: --two-runs jobs bulk-enqueued (untimed), then
+   two worker processes started as in step 3 drain them; same rate method;
+4b. chains: a 4-task chain (each task enqueues the next: `enqueue_async`,
+   procrastinate's `defer_async` from the job context, pgqueuer's `Queries.enqueue` on the
+   PgQueuer's own driver) in all three, and a 4-step workflow (`ctx.step` x4) in pgqueue,
+   which the peers have no equivalent of. Throughput: --chains first tasks bulk-enqueued
+   with no worker running, then one worker process; chains/s = chains finished / (last
+   chain's end - first chain's start), from UDP pings sent by the first and last task
+   bodies (capped like a drain). Latency: an idle worker; one chain at a time, every
+   15-35 ms after the previous one ended; enqueue call start -> last task body;
 5. backlog: the worker stopped, --backlog jobs inserted with INSERT ... SELECT into another
    queue (pgqueuer: another entrypoint), VACUUM ANALYZE, --backlog-runs jobs bulk-enqueued
    into the benchmark queue, a fresh worker drains them: rate and ratio to step 3.
@@ -44,7 +54,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import procrastinate
 import psycopg
@@ -65,14 +75,28 @@ RESULTS = ROOT / "bench" / "results"
 
 # -- the task modules (imported by the worker subprocesses too) ------------------------------
 
+CHAIN = 4  # tasks per chain, steps per workflow
+
 _udp: socket.socket | None = None
 
 
-def _ping_back(i: int) -> None:
+def _ping_back(i: int, kind: str = "p") -> None:
+    """Report to the benchmark process: `kind` (p: ping, s: chain start, e: chain end)."""
     global _udp
     if _udp is None:
         _udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    _udp.sendto(f"{i} {time.time()}".encode(), ("127.0.0.1", int(os.environ[UDP_ENV])))
+    message = f"{kind} {i} {time.time()}".encode()
+    _udp.sendto(message, ("127.0.0.1", int(os.environ[UDP_ENV])))
+
+
+def _chain_link(i: int, step: int) -> bool:
+    """Ping at a chain's first and last task; True if another task follows."""
+    if step == 0:
+        _ping_back(i, "s")
+    if step < CHAIN - 1:
+        return True
+    _ping_back(i, "e")
+    return False
 
 
 pgq_app = pgqueue.App()
@@ -88,6 +112,24 @@ async def pgq_ping(i: int = 0) -> None:
     _ping_back(i)
 
 
+@pgq_app.task(name="cmp.chain", queue=QUEUE)
+async def pgq_chain(i: int = 0, step: int = 0) -> None:
+    if _chain_link(i, step):
+        await pgq_chain.enqueue_async(i, step + 1)
+
+
+def _noop_step() -> None:
+    """No-op."""
+
+
+@pgq_app.workflow(name="cmp.flow", queue=QUEUE)
+def pgq_flow(ctx: pgqueue.Context, i: int = 0) -> None:
+    _ping_back(i, "s")
+    for k in range(CHAIN):
+        ctx.step(f"step{k}", _noop_step)
+    _ping_back(i, "e")
+
+
 async def proc_noop(i: int = 0) -> None:
     """No-op."""
 
@@ -96,11 +138,17 @@ async def proc_ping(i: int = 0) -> None:
     _ping_back(i)
 
 
+async def proc_chain(context: procrastinate.JobContext, i: int = 0, step: int = 0) -> None:
+    if _chain_link(i, step):
+        await context.app.tasks["cmp.chain"].defer_async(i=i, step=step + 1)
+
+
 def make_proc_app(dsn: str) -> procrastinate.App:
-    """A procrastinate App with the two tasks (one per DSN: tasks are bound to their App)."""
+    """A procrastinate App with the tasks (one per DSN: tasks are bound to their App)."""
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
     app.task(name="cmp.noop", queue=QUEUE)(proc_noop)
     app.task(name="cmp.ping", queue=QUEUE)(proc_ping)
+    app.task(name="cmp.chain", queue=QUEUE, pass_context=True)(proc_chain)
     return app
 
 
@@ -126,6 +174,15 @@ async def pgqueuer_main() -> AsyncIterator[Any]:
     @pgq.entrypoint("cmp.ping")
     async def ping(job: Job) -> None:
         _ping_back(int(job.payload or b"0"))
+
+    queries = pgq.queries
+    assert queries is not None
+
+    @pgq.entrypoint("cmp.chain")
+    async def chain(job: Job) -> None:
+        i, step = (int(x) for x in (job.payload or b"0 0").split())
+        if _chain_link(i, step):
+            await queries.enqueue("cmp.chain", f"{i} {step + 1}".encode())
 
     try:
         yield pgq
@@ -176,17 +233,25 @@ class Lib:
         return env
 
     @contextlib.contextmanager
-    def worker(self) -> Iterator[subprocess.Popen[bytes]]:
-        proc = subprocess.Popen(self.worker_cmd(), cwd=ROOT, env=self.env())
+    def workers(self, n: int = 1) -> Iterator[list[subprocess.Popen[bytes]]]:
+        """`n` worker processes, each started the library's way, stopped at the end."""
+        procs: list[subprocess.Popen[bytes]] = []
         try:
-            yield proc
+            for _ in range(n):
+                procs.append(subprocess.Popen(self.worker_cmd(), cwd=ROOT, env=self.env()))
+            yield procs
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    #: what start_chains/start_chain can start: "chain" (4 tasks), "flow" (4-step workflow)
+    kinds: ClassVar[tuple[str, ...]] = ("chain",)
 
     # per library
     def install(self) -> None:
@@ -202,6 +267,13 @@ class Lib:
         raise NotImplementedError
 
     def ping(self, i: int) -> None:
+        raise NotImplementedError
+
+    def start_chains(self, kind: str, n: int) -> None:
+        """Enqueue the first task of chains 0..n-1 in bulk."""
+        raise NotImplementedError
+
+    def start_chain(self, kind: str, i: int) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -261,6 +333,20 @@ class PgqueueLib(Lib):
 
     def ping(self, i: int) -> None:
         pgq_ping.enqueue(i)
+
+    kinds = ("chain", "flow")
+
+    def start_chains(self, kind: str, n: int) -> None:
+        if kind == "flow":
+            pgq_flow.enqueue_many([(i,) for i in range(n)])
+        else:
+            pgq_chain.enqueue_many([(i, 0) for i in range(n)])
+
+    def start_chain(self, kind: str, i: int) -> None:
+        if kind == "flow":
+            pgq_flow.enqueue(i)
+        else:
+            pgq_chain.enqueue(i, 0)
 
     def close(self) -> None:
         pgq_app.close()
@@ -370,6 +456,13 @@ class ProcrastinateLib(_AsyncLib):
     def ping(self, i: int) -> None:
         self.run(self._task("cmp.ping").defer_async(i=i))
 
+    def start_chains(self, kind: str, n: int) -> None:
+        items = [{"i": i, "step": 0} for i in range(n)]
+        self.run(self._task("cmp.chain").batch_defer_async(*items))
+
+    def start_chain(self, kind: str, i: int) -> None:
+        self.run(self._task("cmp.chain").defer_async(i=i, step=0))
+
     def unfinished_sql(self) -> str:
         return (
             "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = 'cmp'"
@@ -451,6 +544,13 @@ class PgqueuerLib(_AsyncLib):
     def ping(self, i: int) -> None:
         self.run(self.queries.enqueue("cmp.ping", str(i).encode()))
 
+    def start_chains(self, kind: str, n: int) -> None:
+        payloads: list[bytes | None] = [f"{i} 0".encode() for i in range(n)]
+        self.run(self.queries.enqueue(["cmp.chain"] * n, payloads, [0] * n))
+
+    def start_chain(self, kind: str, i: int) -> None:
+        self.run(self.queries.enqueue("cmp.chain", f"{i} 0".encode()))
+
     def unfinished_sql(self) -> str:
         # finished jobs are deleted (and logged to pgqueuer_log); both counts use an index
         return (
@@ -459,7 +559,10 @@ class PgqueuerLib(_AsyncLib):
         )
 
     def purge_sql(self) -> str:
-        return "DELETE FROM pgqueuer WHERE entrypoint = 'cmp.noop' AND status = 'queued'"
+        return (
+            "DELETE FROM pgqueuer WHERE status = 'queued'"
+            " AND entrypoint IN ('cmp.noop', 'cmp.ping', 'cmp.chain')"
+        )
 
     def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
         conn.execute(
@@ -483,9 +586,10 @@ CLASSES: dict[str, type[Lib]] = {
 # -- measurements ----------------------------------------------------------------------------
 
 
-def drain_rate(lib: Lib, cap: float, timeout: float = 600.0) -> tuple[float, int]:
-    """Start a worker, poll the unfinished count every 50 ms until it is 0, or until `cap`
-    seconds after the first job left the queue; (jobs/s, jobs done). Leftovers are deleted."""
+def drain_rate(lib: Lib, cap: float, workers: int = 1, timeout: float = 600.0) -> tuple[float, int]:
+    """Start `workers` worker processes, poll the unfinished count every 50 ms until it is
+    0, or until `cap` seconds after the first job left the queue; (jobs/s, jobs done).
+    Leftovers are deleted."""
     with psycopg.connect(lib.dsn, autocommit=True) as conn:
         q = lib.unfinished_sql()
 
@@ -499,15 +603,14 @@ def drain_rate(lib: Lib, cap: float, timeout: float = 600.0) -> tuple[float, int
             return float(row[0]), int(row[1])
 
         _, n = poll()
-        with lib.worker() as proc:
+        with lib.workers(workers) as procs:
             deadline = time.monotonic() + timeout
             start = None
             while time.monotonic() < deadline:
                 t, left = poll()
                 if start is None and left < n:
                     start = t
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{lib.name}: worker exited with {proc.returncode}")
+                _check_alive(lib, procs)
                 if left == 0 or (start is not None and t - start >= cap):
                     assert start is not None
                     conn.execute(lib.purge_sql())
@@ -516,40 +619,110 @@ def drain_rate(lib: Lib, cap: float, timeout: float = 600.0) -> tuple[float, int
     raise TimeoutError(f"{lib.name}: queue not drained in {timeout}s")
 
 
-def pickup(lib: Lib, n: int, warmup: int, seed: int) -> list[float]:
-    """An idle worker; enqueue a ping every 15-35 ms; ms from enqueue call to task start."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.001)
-    lib.udp_port = sock.getsockname()[1]
-    sent: dict[int, float] = {}
-    got: dict[int, float] = {}
+def _check_alive(lib: Lib, procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{lib.name}: worker exited with {proc.returncode}")
 
-    def collect(until: float) -> None:
-        while True:
+
+class Pings:
+    """The UDP socket the task bodies report to (_ping_back): (kind, i) -> the time.time()
+    the body sent, same host clock as this process."""
+
+    def __init__(self, lib: Lib) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.001)
+        lib.udp_port = self.sock.getsockname()[1]
+        self.got: dict[tuple[str, int], float] = {}
+
+    def collect(self, until: float, want: tuple[str, int] | None = None) -> None:
+        """Receive until time.monotonic() >= until, or until `want` has arrived."""
+        while want is None or want not in self.got:
             try:
-                data = sock.recv(64)
+                data = self.sock.recv(128)
             except TimeoutError:
                 if time.monotonic() >= until:
                     return
                 continue
-            i, t = data.decode().split()
-            got[int(i)] = float(t)
+            kind, i, t = data.decode().split()
+            self.got[kind, int(i)] = float(t)
 
+    def times(self, kind: str) -> list[float]:
+        return [t for (k, _), t in self.got.items() if k == kind]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def pickup(lib: Lib, n: int, warmup: int, seed: int) -> list[float]:
+    """An idle worker; enqueue a ping every 15-35 ms; ms from enqueue call to task start."""
+    pings = Pings(lib)
+    sent: dict[int, float] = {}
     rng = random.Random(seed)
     try:
-        with lib.worker():
+        with lib.workers(1):
             time.sleep(4.0)  # start-up and LISTEN
             for i in range(n + warmup):
                 sent[i] = time.time()
                 lib.ping(i)
-                collect(time.monotonic() + rng.uniform(0.015, 0.035))
-            collect(time.monotonic() + 2.0)
+                pings.collect(time.monotonic() + rng.uniform(0.015, 0.035))
+            pings.collect(time.monotonic() + 2.0)
     finally:
-        sock.close()
+        pings.close()
+    got = {i: t for (kind, i), t in pings.got.items() if kind == "p"}
     lost = [i for i in sent if i not in got]
     if len(lost) > n // 20:
         raise RuntimeError(f"{lib.name}: {len(lost)} pings never ran")
+    return [1000 * (got[i] - sent[i]) for i in range(warmup, n + warmup) if i in got]
+
+
+def chain_rate(lib: Lib, kind: str, n: int, cap: float, timeout: float = 300.0) -> float:
+    """`n` chains (or workflows) enqueued with no worker running, then one worker process:
+    chains finished / (last end - first start), from the task bodies' pings; counting
+    stops `cap` seconds after the first start. Leftovers are deleted."""
+    pings = Pings(lib)
+    try:
+        lib.start_chains(kind, n)
+        with lib.workers(1) as procs:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                pings.collect(time.monotonic() + 0.05)
+                _check_alive(lib, procs)
+                starts, ends = pings.times("s"), pings.times("e")
+                if len(ends) >= n or (starts and time.time() - min(starts) >= cap):
+                    break
+            else:
+                raise TimeoutError(f"{lib.name}: {kind}: no chain started in {timeout}s")
+        with psycopg.connect(lib.dsn, autocommit=True) as conn:
+            conn.execute(lib.purge_sql())
+    finally:
+        pings.close()
+    if not ends:
+        return 0.0
+    return len(ends) / max(max(ends) - min(starts), 1e-3)
+
+
+def chain_latency(lib: Lib, kind: str, n: int, warmup: int, seed: int) -> list[float]:
+    """An idle worker; one chain at a time, started 15-35 ms after the previous one
+    ended: ms from the enqueue call to the last task's body."""
+    pings = Pings(lib)
+    sent: dict[int, float] = {}
+    rng = random.Random(seed)
+    try:
+        with lib.workers(1):
+            time.sleep(4.0)  # start-up and LISTEN
+            for i in range(n + warmup):
+                sent[i] = time.time()
+                lib.start_chain(kind, i)
+                pings.collect(time.monotonic() + 10.0, want=("e", i))
+                pings.collect(time.monotonic() + rng.uniform(0.015, 0.035))
+    finally:
+        pings.close()
+    got = {i: t for (k, i), t in pings.got.items() if k == "e"}
+    if sum(1 for i in sent if i not in got) > n // 10:
+        raise RuntimeError(f"{lib.name}: {kind}: chains that never ended")
     return [1000 * (got[i] - sent[i]) for i in range(warmup, n + warmup) if i in got]
 
 
@@ -558,9 +731,17 @@ class Samples:
     bulk: list[float] = field(default_factory=list)
     single: list[float] = field(default_factory=list)
     process: list[float] = field(default_factory=list)
+    process2: list[float] = field(default_factory=list)
+    process2_ratio: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
     p95: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
+    chain: list[float] = field(default_factory=list)
+    chain_p50: list[float] = field(default_factory=list)
+    chain_p95: list[float] = field(default_factory=list)
+    flow: list[float] = field(default_factory=list)
+    flow_p50: list[float] = field(default_factory=list)
+    flow_p95: list[float] = field(default_factory=list)
     backlog: list[float] = field(default_factory=list)
     backlog_ratio: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -579,10 +760,26 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
         rate, n = drain_rate(lib, args.cap)
         s.process.append(rate)
         log(f"process {rate:,.0f} jobs/s ({n:,} jobs)")
+        if args.two_runs:
+            lib.bulk(args.two_runs // 1000 - 2, 1000)
+            rate, n = drain_rate(lib, args.cap, workers=2)
+            s.process2.append(rate)
+            s.process2_ratio.append(rate / s.process[-1])
+            log(f"process, 2 workers {rate:,.0f} jobs/s ({n:,} jobs)")
         lat = pickup(lib, args.pickups, 10, r)
         for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
             dest.append(percentile(lat, q))
         log(f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms")
+        for kind in lib.kinds if args.chains else ():
+            rate = chain_rate(lib, kind, args.chains, args.cap)
+            lat = chain_latency(lib, kind, args.chain_pings, 5, r)
+            getattr(s, kind).append(rate)
+            getattr(s, f"{kind}_p50").append(percentile(lat, 50))
+            getattr(s, f"{kind}_p95").append(percentile(lat, 95))
+            log(
+                f"{kind}: {rate:,.1f}/s; end-to-end p50 {percentile(lat, 50):.1f}"
+                f" p95 {percentile(lat, 95):.1f} ms"
+            )
         if args.backlog:
             t0 = time.perf_counter()
             with psycopg.connect(lib.dsn, autocommit=True) as conn:
@@ -608,9 +805,17 @@ ROWS = (
     ("bulk", "bulk enqueue, batches of 1,000", "jobs/s", True),
     ("single", "single enqueue, 1 per transaction", "jobs/s", True),
     ("process", "no-op processing, 1 worker process", "jobs/s", True),
+    ("process2", "no-op processing, 2 worker processes", "jobs/s", True),
+    ("process2_ratio", "2 processes / 1 process, same repeat", "x", True),
     ("p50", "idle pickup p50", "ms", False),
     ("p95", "idle pickup p95", "ms", False),
     ("p99", "idle pickup p99", "ms", False),
+    ("chain", "4-task chain (each task enqueues the next), 1 worker", "chains/s", True),
+    ("chain_p50", "4-task chain end to end, idle worker, p50", "ms", False),
+    ("chain_p95", "4-task chain end to end, idle worker, p95", "ms", False),
+    ("flow", "4-step workflow (pgqueue only), 1 worker", "workflows/s", True),
+    ("flow_p50", "4-step workflow end to end, idle worker, p50", "ms", False),
+    ("flow_p95", "4-step workflow end to end, idle worker, p95", "ms", False),
     ("backlog", "processing, 500k backlog in another queue", "jobs/s", True),
     ("backlog_ratio", "backlog / no backlog", "x", True),
 )
@@ -637,7 +842,7 @@ def markdown(results: dict[str, Samples], args: argparse.Namespace) -> str:
         for lib in libs:
             vals: list[float] = getattr(results[lib], key)
             runs = " / ".join(_f(v) for v in vals)
-            cells.append(f"**{_f(med(vals))}** ({runs})" if vals else "n/a")
+            cells.append(f"**{_f(med(vals))}** ({runs})" if vals else "-")
         lines.append("| " + " | ".join([label, unit, *cells]) + " |")
     return "\n".join(lines)
 
@@ -647,7 +852,13 @@ def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
     ours = results["pgqueue"]
     peers = [results[x] for x in results if x != "pgqueue"]
     out = []
-    for key, label in (("process", "processing throughput"), ("bulk", "bulk enqueue")):
+    for key, label in (
+        ("process", "processing throughput, 1 worker process"),
+        ("process2", "processing throughput, 2 worker processes"),
+        ("bulk", "bulk enqueue"),
+    ):
+        if not getattr(ours, key):
+            continue
         best = max(med(getattr(p, key)) for p in peers)
         mine = med(getattr(ours, key))
         out.append(
@@ -688,10 +899,17 @@ def plot(results: dict[str, Samples], path: Path) -> None:
     panels = [
         ("bulk enqueue (jobs/s)", ["bulk"]),
         ("single enqueue (jobs/s)", ["single"]),
-        ("processing, 1 worker (jobs/s)", ["process", "backlog"]),
+        ("no-op processing (jobs/s)", ["process", "process2", "backlog"]),
         ("idle pickup (ms, lower is better)", ["p50", "p95", "p99"]),
+        ("chains, 1 worker (per s)", ["chain", "flow"]),
+        (
+            "chain end to end (ms, log scale, lower is better)",
+            ["chain_p50", "chain_p95", "flow_p50"],
+        ),
     ]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
+    log_scale = {"chain end to end (ms, log scale, lower is better)"}
+    fig, grid = plt.subplots(2, 3, figsize=(16, 8.4))
+    axes = list(grid.flat)
     colors = {"pgqueue": "#2a7ab9", "procrastinate": "#e08a2c", "pgqueuer": "#5aa05a"}
     for ax, (title, keys) in zip(axes, panels, strict=True):
         width = 0.8 / len(libs)
@@ -701,10 +919,23 @@ def plot(results: dict[str, Samples], path: Path) -> None:
             bars = ax.bar(xs, vals, width, label=lib, color=colors.get(lib))
             ax.bar_label(bars, labels=[_f(v) for v in vals], fontsize=7, rotation=90, padding=2)
         ax.set_xticks(range(len(keys)))
-        names = {"backlog": "with 500k backlog", "process": "no backlog"}
+        names = {
+            "backlog": "1 worker,\n500k backlog",
+            "process": "1 worker",
+            "process2": "2 workers",
+            "chain": "4-task chain",
+            "flow": "4-step workflow\n(pgqueue)",
+            "chain_p50": "chain p50",
+            "chain_p95": "chain p95",
+            "flow_p50": "workflow p50\n(pgqueue)",
+        }
         ax.set_xticklabels([names.get(k, k) for k in keys])
         ax.set_title(title, fontsize=10)
-        ax.margins(y=0.25)
+        if title in log_scale:
+            ax.set_yscale("log")
+            ax.margins(y=0.5)
+        else:
+            ax.margins(y=0.25)
     axes[0].legend(fontsize=8)
     fig.suptitle("pgqueue vs procrastinate vs pgqueuer (median of repeats, same server)")
     fig.tight_layout()
@@ -721,6 +952,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=10, help="bulk: batches of 1,000 timed")
     p.add_argument("--single", type=int, default=300, help="single enqueues timed")
     p.add_argument("--pickups", type=int, default=150, help="pickup samples per repeat")
+    p.add_argument("--two-runs", type=int, default=12_000, help="jobs for 2 workers (0: skip)")
+    p.add_argument("--chains", type=int, default=1000, help="chains started at once (0: skip)")
+    p.add_argument("--chain-pings", type=int, default=50, help="chain latency samples")
     p.add_argument("--backlog", type=int, default=500_000, help="jobs in another queue")
     p.add_argument("--backlog-runs", type=int, default=10_000, help="jobs drained over it")
     p.add_argument("--cap", type=float, default=20.0, help="max seconds timed per drain")

@@ -113,15 +113,12 @@ class AsyncApp:
         """The async twin of App.insert_runs: one statement for the whole batch."""
         if not rows:
             return []
-        existing: list[Any] = []
+        op = _inserts.Insert(self._app(), rows)
         async with self.async_connection(conn) as c:
-            params = _inserts.params(self._app(), rows)
-            found = await (await c.execute(_sql.query("enqueue"), params)).fetchall()
-            missing = _inserts.missing_keys(rows, found)
-            if missing:
-                query = _sql.query("runs_by_idempotency_key")
-                existing = await (await c.execute(query, {"keys": missing})).fetchall()
-        return _inserts.handles(self._app(), rows, found, existing)
+            found = await (await c.execute(op.query, op.params)).fetchall()
+            lookup = op.lookup(found)
+            existing = await (await c.execute(*lookup)).fetchall() if lookup else []
+        return op.handles(found, existing)
 
     async def get_run_async(self, run_id: int, *, conn: AsyncConn | None = None) -> Run:
         async with self.async_connection(conn) as c, c.cursor(row_factory=dict_row) as cur:

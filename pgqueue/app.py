@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,11 @@ NOTIFY_ENV = "PGQUEUE_NOTIFY"
 
 # Returns the connection of the caller's open transaction, or None (see App.caller_connection).
 ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
+# Takes over an enqueue that cannot join the caller's open transaction (see App.insert_runs).
+EnqueueDeferrer = Callable[["App", Sequence[RunRow]], "list[RunHandle] | None"]
+# Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
+# App.sync_wrappers.
+SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,16 @@ class App(AsyncApp):
         self._pool_pid = 0
         self._lock = threading.Lock()
         self.connection_provider: ConnectionProvider | None = None
+        # For a caller's transaction that pgqueue cannot join (Django on psycopg2): called
+        # when neither conn= nor connection_provider gave a connection, it returns the
+        # runs' handles once it has arranged their insert (at the commit), or None to let
+        # pgqueue insert them now.
+        self.enqueue_deferrer: EnqueueDeferrer | None = None
+        # Around every sync call of a run in a worker thread (the task or workflow, its
+        # on_success/on_failure hook), first one outermost: wrapper(ctx, call) must call
+        # call() and return its result. The Django integration refreshes Django's database
+        # connections there, as Django does around a request.
+        self.sync_wrappers: list[SyncWrapper] = []
 
     # -- configuration ----------------------------------------------------------------
 
@@ -292,14 +308,17 @@ class App(AsyncApp):
         """Insert prepared rows with one statement; the engine behind every enqueue."""
         if not rows:
             return []
-        existing: list[Any] = []
-        with self.connection(self.caller_connection(conn)) as c:
-            found = c.execute(_sql.query("enqueue"), _inserts.params(self, rows)).fetchall()
-            missing = _inserts.missing_keys(rows, found)
-            if missing:
-                query = _sql.query("runs_by_idempotency_key")
-                existing = c.execute(query, {"keys": missing}).fetchall()
-        return _inserts.handles(self, rows, found, existing)
+        caller = self.caller_connection(conn)
+        if caller is None and self.enqueue_deferrer is not None:
+            deferred = self.enqueue_deferrer(self, rows)
+            if deferred is not None:
+                return deferred
+        op = _inserts.Insert(self, rows)
+        with self.connection(caller) as c:
+            found = c.execute(op.query, op.params).fetchall()
+            lookup = op.lookup(found)
+            existing = c.execute(*lookup).fetchall() if lookup else []
+        return op.handles(found, existing)
 
     def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
         with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
@@ -511,6 +530,12 @@ class App(AsyncApp):
         from pgqueue.worker import Worker
 
         return Worker(self, **options)
+
+    def wrap_sync(self, ctx: Context, call: Callable[[], R]) -> Callable[[], R]:
+        """`call` inside every one of `sync_wrappers` (what a worker thread runs)."""
+        for wrapper in reversed(self.sync_wrappers):
+            call = functools.partial(wrapper, ctx, call)
+        return call
 
     def make_context(self, run: dict[str, Any]) -> Context:
         return Context(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
 
@@ -89,6 +90,159 @@ class RunRow:
     parent_id: int | None
 
 
+class RunBatch(Sequence[RunRow]):
+    """The runs of one enqueue_many call: one task, one set of options. It holds what the
+    enqueue statement reads: `document`, the JSON text of one array per run ([args,
+    kwargs], plus the group when the task's group is a function of the arguments), and
+    `shared`, a RunRow of the values all its runs share (its args and kwargs unused).
+    The arguments are encoded once, for the whole batch, with one encoder call (per
+    chunk of CHUNK runs). A RunRow per run is made only for code that asks for one
+    (pgqueue.testing.eager); App.insert_runs sends the document as it is."""
+
+    CHUNK = 1000
+
+    def __init__(self, shared: RunRow, elements: list[list[Any]], document: str) -> None:
+        self.shared = shared
+        self.elements = elements
+        self.document = document
+
+    @classmethod
+    def build(
+        cls,
+        task: Task[Any, Any],
+        opts: EnqueueOptions,
+        items: Iterable[Sequence[Any] | Mapping[str, Any]],
+    ) -> RunBatch:
+        if opts.idempotency_key is not None:
+            raise ValueError("enqueue_many cannot share one idempotency_key across runs")
+        group_fn: GroupFn | None = None
+        group = opts.group
+        if group is None:
+            if callable(task.group):
+                group_fn = task.group
+            else:
+                group = task.group
+        shared = build_row(
+            task.app,
+            task.name,
+            (),
+            {},
+            opts,
+            queue=task.queue,
+            priority=task.priority,
+            max_attempts=task.max_attempts,
+            timeout=task.timeout,
+            group=group,
+        )
+        elements: list[list[Any]] = []
+        validate, append = task.validate, elements.append
+        empty: dict[str, Any] = {}
+        args: Sequence[Any]
+        kwargs: Mapping[str, Any]
+        for item in items:
+            if isinstance(item, (list, tuple)):
+                args, kwargs = item, empty
+            elif isinstance(item, Mapping):
+                args, kwargs = (), item if isinstance(item, dict) else dict(item)
+            else:
+                raise TypeError(
+                    f"enqueue_many items must be an args tuple/list or a kwargs dict, "
+                    f"not {type(item).__name__}"
+                )
+            validate(args, kwargs)
+            if group_fn is None:
+                append([args, kwargs])
+            else:
+                append([args, kwargs, group_fn(*args, **kwargs)])
+        what = f"arguments of task {task.name!r}"
+        document = _encode(elements, what, task.app.max_payload_bytes, cls.CHUNK)
+        return cls(shared, elements, document)
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+    @overload
+    def __getitem__(self, index: int) -> RunRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RunRow]: ...
+
+    def __getitem__(self, index: int | slice) -> RunRow | list[RunRow]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        args, kwargs, *group = self.elements[index]
+        return replace(
+            self.shared,
+            args=_json.dumps(list(args), what="arguments"),
+            kwargs=_json.dumps(kwargs, what="arguments"),
+            group_key=group[0] if group else self.shared.group_key,
+        )
+
+
+def _encode(elements: list[list[Any]], what: str, limit: int, chunk: int) -> str:
+    """The JSON array of `elements` ([args, kwargs, ...] per run), encoded a chunk at a
+    time. A chunk within `limit` bytes holds no run over it; only a larger chunk is
+    checked run by run, which raises the PayloadTooLarge of a single enqueue."""
+    parts = []
+    for start in range(0, len(elements), chunk):
+        part = elements[start : start + chunk]
+        text = _json.dumps(part, what=what, limit=sys.maxsize)
+        if (len(text) if text.isascii() else len(text.encode())) > limit:
+            for args, kwargs, *_ in part:
+                _json.dumps(list(args), what=what, limit=limit)
+                _json.dumps(kwargs, what=what, limit=limit)
+        parts.append(text)
+    if len(parts) == 1:
+        return parts[0]
+    return "[" + ",".join(p[1:-1] for p in parts) + "]"
+
+
+class Arity:
+    """What Signature.bind accepts, worked out once per task: a check of a call's
+    arguments without binding them. `accepts` says True only for calls bind would accept;
+    for any other call the caller asks bind, which raises the usual TypeError."""
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        kinds = inspect.Parameter
+        params = list(signature.parameters.values())
+        positional = [
+            p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        ]
+        self.positional = tuple(p.name for p in positional)
+        self.min_args = sum(1 for p in positional if p.default is p.empty)
+        var_args = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+        self.max_args = sys.maxsize if var_args else len(positional)
+        self.var_kwargs = any(p.kind is kinds.VAR_KEYWORD for p in params)
+        self.by_keyword = frozenset(
+            p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+        )
+        self.required_kwonly = frozenset(
+            p.name for p in params if p.kind is kinds.KEYWORD_ONLY and p.default is p.empty
+        )
+        self.positional_only = frozenset(
+            p.name for p in positional if p.kind is kinds.POSITIONAL_ONLY
+        )
+
+    def accepts(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        n = len(args)
+        if n > self.max_args:
+            return False
+        if not kwargs:
+            return n >= self.min_args and not self.required_kwonly
+        keys = kwargs.keys()
+        if self.var_kwargs:
+            if not all(type(k) is str for k in keys):
+                return False
+        elif not keys <= self.by_keyword:
+            return False
+        if n and not keys.isdisjoint(self.positional[:n]):
+            return False  # a value given twice
+        missing = self.positional[n : self.min_args]
+        if missing and not (keys >= set(missing) and self.positional_only.isdisjoint(missing)):
+            return False
+        return keys >= self.required_kwonly
+
+
 class Task(Generic[P, R]):
     """A function registered with @app.task or @app.workflow under a stable name."""
 
@@ -139,6 +293,7 @@ class Task(Generic[P, R]):
                 raise TypeError(f"workflow {name!r} must take a Context as its first argument")
             signature = signature.replace(parameters=params[1:])
         self.signature = signature
+        self.arity = Arity(signature)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -170,6 +325,8 @@ class Task(Generic[P, R]):
 
     def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Check arity, then the user's validator. Raises TypeError / ValidationError."""
+        if self.validator is None and self.arity.accepts(args, kwargs):
+            return
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -241,21 +398,8 @@ class BoundTask(Generic[P, R]):
         rows = self.make_rows(items)
         return await self.task.app.insert_runs_async(rows, conn=self.opts.async_conn)
 
-    def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunRow]:
-        if self.opts.idempotency_key is not None:
-            raise ValueError("enqueue_many cannot share one idempotency_key across runs")
-        rows = []
-        for item in items:
-            if isinstance(item, Mapping):
-                rows.append(self.task.make_row((), item, self.opts))
-            elif isinstance(item, (list, tuple)):
-                rows.append(self.task.make_row(item, {}, self.opts))
-            else:
-                raise TypeError(
-                    f"enqueue_many items must be an args tuple/list or a kwargs dict, "
-                    f"not {type(item).__name__}"
-                )
-        return rows
+    def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> RunBatch:
+        return RunBatch.build(self.task, self.opts, items)
 
 
 def build_row(
@@ -296,4 +440,12 @@ def _is_pydantic_model(obj: Any) -> bool:
     return isinstance(obj, type) and hasattr(obj, "model_validate")
 
 
-__all__ = ["DEFAULT_RETRY", "BoundTask", "EnqueueOptions", "RunRow", "Task", "ValidationError"]
+__all__ = [
+    "DEFAULT_RETRY",
+    "BoundTask",
+    "EnqueueOptions",
+    "RunBatch",
+    "RunRow",
+    "Task",
+    "ValidationError",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,6 +10,7 @@ import psycopg
 import pytest
 
 import pgqueue
+from pgqueue import _sql
 
 
 @pytest.fixture
@@ -241,3 +243,260 @@ def test_cancel_and_retry(app: pgqueue.App, send: Any) -> None:
     assert app.get_run(h.id).state == "queued"
     assert app.retry(h.id) is False
     assert [e["kind"] for e in app.run_errors(h.id)] == ["retried"]
+
+
+# -- the batch engine: one JSON document per batch ------------------------------------------
+
+
+def rows_of(app: pgqueue.App, handles: list[pgqueue.RunHandle]) -> list[pgqueue.Run]:
+    return [app.get_run(h.id) for h in handles]
+
+
+def test_enqueue_many_takes_the_options_of_its_batch(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any]
+) -> None:
+    at = datetime.now(UTC) + timedelta(hours=1)
+    later = send.options(run_at=at, priority=-5, group="t-1", max_attempts=1, timeout=3)
+    runs = rows_of(app, later.enqueue_many([("a",), {"to": "b"}]))
+    assert {
+        (r.state, r.priority, r.group_key, r.max_attempts, r.timeout_seconds) for r in runs
+    } == {("scheduled", -5, "t-1", 1, 3.0)}
+    assert all(abs((r.run_at - at).total_seconds()) < 0.001 for r in runs)
+    delayed = rows_of(
+        app, send.options(delay=timedelta(seconds=60), queue="q2").enqueue_many([("c",)])
+    )
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    assert (delayed[0].state, delayed[0].queue) == ("scheduled", "q2")
+    assert timedelta(seconds=55) < delayed[0].run_at - now < timedelta(seconds=65)
+    plain = rows_of(app, send.enqueue_many([("d",)]))[0]
+    assert (plain.state, plain.priority, plain.group_key, plain.max_attempts) == (
+        "queued",
+        2,
+        None,
+        5,
+    )
+
+
+def test_enqueue_many_computes_each_runs_group(app: pgqueue.App) -> None:
+    @app.task(group=lambda tenant, n=0: f"tenant-{tenant}")
+    def per_tenant(tenant: str, n: int = 0) -> None: ...
+
+    @app.task(group=lambda tenant: None)
+    def no_group(tenant: str) -> None: ...
+
+    runs = rows_of(app, per_tenant.enqueue_many([("a",), {"tenant": "b", "n": 1}, ("c", 2)]))
+    assert [r.group_key for r in runs] == ["tenant-a", "tenant-b", "tenant-c"]
+    forced = rows_of(app, per_tenant.options(group="all").enqueue_many([("a",), ("b",)]))
+    assert [r.group_key for r in forced] == ["all", "all"]
+    assert rows_of(app, no_group.enqueue_many([("a",)]))[0].group_key is None
+
+
+def test_enqueue_many_across_chunks_keeps_order(
+    app: pgqueue.App, send: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pgqueue.tasks.RunBatch, "CHUNK", 3)
+    items: list[Any] = [
+        (f"to{i}",) if i % 2 else {"to": f"to{i}", "subject": "é"} for i in range(8)
+    ]
+    handles = send.enqueue_many(items)
+    runs = rows_of(app, handles)
+    assert [r.args or [r.kwargs["to"]] for r in runs] == [[f"to{i}"] for i in range(8)]
+    assert [h.id for h in handles] == sorted(h.id for h in handles)
+    assert all(h.created for h in handles)
+
+
+def test_enqueue_many_of_a_thousand_and_more(app: pgqueue.App, send: Any) -> None:
+    handles = send.enqueue_many([(str(i),) for i in range(2500)])
+    assert len({h.id for h in handles}) == 2500
+    first, last = app.get_run(handles[0].id), app.get_run(handles[-1].id)
+    assert (first.args, last.args) == (["0"], ["2499"])
+
+
+def test_enqueue_many_checks_every_run(dsn: str) -> None:
+    app = pgqueue.App(dsn, max_payload_bytes=1000)
+
+    @app.task
+    def t(blob: str, *, n: int = 0) -> None: ...
+
+    with pytest.raises(pgqueue.InvalidArguments, match=r"task '.*t'.*unexpected keyword"):
+        t.enqueue_many([("a",), {"blob": "b", "nope": 1}])
+    with pytest.raises(pgqueue.InvalidArguments, match="missing a required argument"):
+        t.enqueue_many([("a",), ()])
+    with pytest.raises(pgqueue.InvalidArguments, match="too many positional"):
+        t.enqueue_many([("a", 1)])
+    with pytest.raises(pgqueue.InvalidArguments, match="keywords must be strings"):
+        t.enqueue_many([{1: "a"}])
+    with pytest.raises(TypeError, match="args tuple/list or a kwargs dict, not str"):
+        t.enqueue_many(["abc"])  # type: ignore[list-item]
+    with pytest.raises(pgqueue.PayloadTooLarge, match="are 2,004 bytes, over the 1,000-byte limit"):
+        t.enqueue_many([("small",), ("x" * 2000,)])
+    with pytest.raises(pgqueue.PayloadTooLarge, match="1,000-byte limit"):
+        t.enqueue_many([{"blob": "y" * 1000}])
+    with pytest.raises(ValueError, match="cannot share one idempotency_key"):
+        t.options(idempotency_key="k").enqueue_many([("a",)])
+    # many runs under the limit each, over it together: fine
+    assert len(t.enqueue_many([("z" * 500,)] * 10)) == 10
+    assert len(t.enqueue_many([("a",), {"blob": "b", "n": 2}])) == 2
+    app.close()
+
+
+def test_insert_runs_mixes_keyed_and_unkeyed_rows(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any]
+) -> None:
+    taken = send.options(idempotency_key="k-old").enqueue("old")
+
+    def row(to: str, key: str | None = None) -> Any:
+        return send.make_row((to,), {}, pgqueue.tasks.EnqueueOptions(idempotency_key=key))
+
+    rows = [row("a"), row("b", "k-new"), row("c", "k-old"), row("d", "k-new"), row("e")]
+    handles = app.insert_runs(rows)
+    assert [h.created for h in handles] == [True, True, False, False, True]
+    assert handles[2].id == taken.id and handles[3].id == handles[1].id
+    runs = rows_of(app, handles)
+    assert [r.args for r in runs] == [["a"], ["b"], ["old"], ["b"], ["e"]]
+    assert handles[0].id < handles[1].id < handles[4].id
+    count = conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone()
+    assert count == (4,)
+
+
+def test_insert_runs_of_several_tasks_and_options(app: pgqueue.App, send: Any) -> None:
+    @app.task(queue="other", priority=7)
+    def other(n: int) -> None: ...
+
+    at = datetime.now(UTC) + timedelta(hours=2)
+    opts = pgqueue.tasks.EnqueueOptions
+    rows = [
+        send.make_row(("a",), {"subject": "s"}, opts(group="g", timeout=2.5)),
+        other.make_row((1,), {}, opts(run_at=at)),
+        other.make_row((2,), {}, opts(delay=30, priority=-1, max_attempts=9)),
+    ]
+    runs = rows_of(app, app.insert_runs(rows))
+    got = [
+        (r.task, r.queue, r.state, r.priority, r.max_attempts, r.timeout_seconds, r.group_key)
+        for r in runs
+    ]
+    assert got == [
+        (send.name, "emails", "queued", 2, 5, 2.5, "g"),
+        (other.name, "other", "scheduled", 7, 3, None, None),
+        (other.name, "other", "scheduled", -1, 9, None, None),
+    ]
+    assert abs((runs[1].run_at - at).total_seconds()) < 0.001
+    assert (runs[0].args, runs[0].kwargs, runs[2].args) == (["a"], {"subject": "s"}, [2])
+
+
+def test_duplicate_keys_in_one_batch_make_one_run(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any]
+) -> None:
+    rows = [
+        send.make_row((to,), {}, pgqueue.tasks.EnqueueOptions(idempotency_key="same"))
+        for to in ("first", "second", "third")
+    ]
+    handles = app.insert_runs(rows)
+    assert [h.created for h in handles] == [True, False, False]
+    assert len({h.id for h in handles}) == 1
+    assert app.get_run(handles[0].id).args == ["first"]
+    assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (1,)
+
+
+def test_enqueue_many_async_is_the_same_batch(app: pgqueue.App, send: Any) -> None:
+    rows = [
+        send.make_row((to,), {}, pgqueue.tasks.EnqueueOptions(idempotency_key="ak"))
+        for to in ("x", "y")
+    ]
+
+    async def main() -> tuple[list[pgqueue.RunHandle], list[pgqueue.RunHandle]]:
+        try:
+            many = await send.options(priority=-3).enqueue_many_async([("a",), {"to": "b"}])
+            keyed = await app.insert_runs_async(rows)
+            keyed.append(await send.options(idempotency_key="ak").enqueue_async("z"))
+            return many, keyed
+        finally:
+            await app.aclose()
+
+    many, keyed = asyncio.run(main())
+    runs = rows_of(app, many)
+    assert [(r.args, r.kwargs, r.priority) for r in runs] == [
+        (["a"], {}, -3),
+        ([], {"to": "b"}, -3),
+    ]
+    assert [h.created for h in keyed] == [True, False, False]
+    assert len({h.id for h in keyed}) == 1
+
+
+def test_enqueue_many_rows_for_eager_testing(send: Any) -> None:
+    """A batch hands out RunRows (pgqueue.testing.eager runs them) equal to enqueue's."""
+    batch = send.options(priority=1).make_rows([("a",), {"to": "b", "subject": "s"}])
+    single = send.make_row(("a",), {}, pgqueue.tasks.EnqueueOptions(priority=1))
+    assert len(batch) == 2 and batch[0] == single and list(batch) == [single, batch[1]]
+    assert (batch[1].args, batch[1].kwargs) == ("[]", '{"to":"b","subject":"s"}')
+    assert batch[-1] == batch[1] and batch[:1] == [single]
+
+
+def test_keyed_batch_statement_is_the_batch_statement_plus_on_conflict() -> None:
+    def body(name: str) -> str:
+        text = _sql.query(name)
+        return "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+
+    conflict = "    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING\n"
+    assert conflict in body("enqueue_runs_keyed")
+    assert body("enqueue_runs_keyed").replace(conflict, "") == body("enqueue_runs")
+
+
+def test_arity_check_agrees_with_signature_bind() -> None:
+    """Task.validate skips Signature.bind when Arity accepts a call: it must never accept
+    a call bind rejects, and should accept the plain calls."""
+    import inspect
+    import itertools
+
+    from pgqueue.tasks import Arity
+
+    def f1(a: int, b: int = 1) -> None: ...
+    def f2(a: int, /, b: int, *, c: int, d: int = 4) -> None: ...
+    def f3(*args: int, **kwargs: int) -> None: ...
+    def f4(a: int, *args: int, b: int = 2, **kwargs: int) -> None: ...
+    def f5() -> None: ...
+    def f6(a: int, /, b: int = 2, **kwargs: int) -> None: ...
+
+    arg_sets: list[tuple[Any, ...]] = [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)]
+    kwarg_sets: list[dict[Any, Any]] = [
+        {},
+        {"a": 1},
+        {"b": 2},
+        {"c": 3},
+        {"a": 1, "b": 2},
+        {"b": 2, "c": 3},
+        {"a": 1, "b": 2, "c": 3, "d": 4},
+        {"x": 9},
+        {"args": 1},
+        {1: 2},
+    ]
+    for fn in (f1, f2, f3, f4, f5, f6):
+        sig = inspect.signature(fn)
+        arity = Arity(sig)
+        for args, kwargs in itertools.product(arg_sets, kwarg_sets):
+            try:
+                sig.bind(*args, **kwargs)
+                binds = True
+            except TypeError:
+                binds = False
+            if arity.accepts(args, kwargs):
+                assert binds, (fn.__name__, args, kwargs)
+            elif binds and not kwargs:
+                raise AssertionError(f"{fn.__name__}{args}: a plain call goes to bind")
+    assert Arity(inspect.signature(f1)).accepts((), {"a": 1, "b": 2})
+    assert Arity(inspect.signature(f2)).accepts((1,), {"b": 2, "c": 3})
+
+
+def test_enqueue_many_runs_eagerly_under_testing_eager(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any]
+) -> None:
+    from pgqueue.testing import eager
+
+    with eager(app) as runs:
+        handles = send.options(priority=-1).enqueue_many([("a",), {"to": "b", "subject": "s"}])
+    assert [(r.args, r.kwargs, r.result, r.priority) for r in runs] == [
+        (["a"], {}, "a", -1),
+        ([], {"to": "b", "subject": "s"}, "b", -1),
+    ]
+    assert [h.id for h in handles] == [r.id for r in runs]
+    assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (0,)

@@ -94,6 +94,33 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     assert_uses(plan(big, "complete", complete), "runs_pkey", "runs_lease_idx")
 
 
+def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
+    """Enqueue inserts without reading pgqueue.runs (no check that scans it, whatever its
+    size); a taken idempotency key is caught by its unique index, and its holder found by
+    that index too."""
+    conn.execute("""
+        INSERT INTO pgqueue.runs (task, queue, state, finished_at, idempotency_key)
+        SELECT 't', 'default', 'succeeded', now(), 'key-' || g FROM generate_series(1, 20000) g;
+        ANALYZE pgqueue.runs;
+    """)
+    shared = dict.fromkeys(
+        ("group_key", "timeout_seconds", "run_at", "delay", "parent_id"), None
+    ) | {"task": "t", "queue": "default", "priority": 0, "max_attempts": 3, "notify": True}
+    batch = shared | {"runs": '[[[1], {}], [[2], {}, null, "key-1"]]'}
+    one = shared | {"args": "[1]", "kwargs": "{}", "idempotency_key": "key-1"}
+    for name, params in (
+        ("enqueue_runs", batch),
+        ("enqueue_runs_keyed", batch),
+        ("enqueue_run", one),
+    ):
+        text = plan(conn, name, params)
+        assert scans(text) == [("ModifyTable", None)], (name, scans(text))
+        arbiter = '"Conflict Arbiter Indexes": ["runs_idempotency_key_idx"]' in text
+        assert arbiter == (name != "enqueue_runs"), name  # ON CONFLICT only where keys are
+    holders = plan(conn, "runs_by_idempotency_key", {"keys": ["key-1", "key-2"]})
+    assert_uses(holders, "runs_idempotency_key_idx")
+
+
 def test_claim_plan_check_can_fail(conn: psycopg.Connection[Any]) -> None:
     """Without its index the claim scans the table, and the check above notices."""
     conn.execute("DROP INDEX pgqueue.runs_claim_idx")
