@@ -1,27 +1,42 @@
 """pgqueue.contrib.django, tested through the example project (examples/django_project):
 Django's test client in this process, `manage.py pgqueue worker` as a real process, one
-fresh database per test (a copy of a template migrated by Django and by pgqueue)."""
+fresh database per test (a copy of a template migrated by Django and by pgqueue). Tests
+that need other settings (psycopg2, connection lifetimes) run the small project in
+tests/django_site in processes of their own.
+
+Django 5.2 with the django_tasks backport, or Django 6 with django.tasks (.ci/django6)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
+import signal
+import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 pytest.importorskip("django")
-pytest.importorskip("django_tasks")
+if importlib.util.find_spec("django.tasks") is None:  # before Django 6: the backport
+    pytest.importorskip("django_tasks")
 
 from psycopg.conninfo import conninfo_to_dict
 
+import pgqueue
 from pgqueue import migrate
-from tests.helpers import scalar
+from pgqueue.runs import Run
+from pgqueue.testing import drain
+from tests.helpers import ROOT, scalar, wait_until
 from tests.webapps import EXAMPLES, Databases, execute, run_command
 
 PROJECT = EXAMPLES / "django_project"
+SITE_SETTINGS = "tests.django_site.settings"
 
 
 @pytest.fixture(scope="module")
@@ -175,12 +190,11 @@ def test_nested_atomic_rollback_and_outside_atomic(project_dsn: str) -> None:
 def test_django_tasks_backend_runs_on_pgqueue_workers(project_dsn: str) -> None:
     from django.db import transaction
     from django.test import Client
-    from django_tasks import TaskResultStatus
-    from django_tasks.signals import task_enqueued
     from orders.models import Order
     from orders.tasks import send_receipt
 
     from pgqueue.contrib.django import PgQueueBackend
+    from pgqueue.contrib.django._framework import TaskResultStatus, task_enqueued
 
     client = Client()
     ok = Order.objects.create(email="cy@example.com")
@@ -285,3 +299,201 @@ def test_management_command_and_schema_check(
         call_command("pgqueue", "runs", "show", "12345")
     assert failed.value.code == 2
     assert "no run with id 12345" in capsys.readouterr().err
+
+
+# -- psycopg2 ---------------------------------------------------------------------------
+
+
+def test_on_psycopg2_enqueue_in_atomic_waits_for_the_commit(dsn: str) -> None:
+    """Django on psycopg2 (psycopg 3 hidden from its backend, in a process of its own):
+    enqueue cannot join the transaction, so it enqueues at transaction.on_commit."""
+    pytest.importorskip("psycopg2")
+    done = run_command(
+        ["-m", "tests.django_site.psycopg2_enqueue"],
+        cwd=ROOT,
+        env={
+            "DATABASE_URL": dsn,
+            "DJANGO_SETTINGS_MODULE": SITE_SETTINGS,
+            "DJANGO_DB_DRIVER": "psycopg2",
+        },
+    )
+    seen = json.loads(done.stdout)
+    assert seen["driver"].startswith("psycopg2")
+    assert seen["checks"] == ["pgqueue.W001"]  # the system check says so too
+    # Inside the block: no run yet, and no id to read.
+    assert seen["inside"] == {"runs": [], "id": "RunNotCommitted"}
+    # After the commit: the runs exist, with the block's row, and the handles have ids.
+    committed = seen["committed"]
+    assert committed["runs"] == [committed["id"], *committed["many"]]
+    assert committed["state"] == "queued"
+    assert committed["notes"] == ["row of the committed block"]
+    # Rollback: no run (and no row: see the notes at the end).
+    assert seen["rolled_back"] == {"runs": committed["runs"], "id": "RunNotCommitted"}
+    # A savepoint rolled back takes its enqueue along; enqueue_on_commit() is the same.
+    nested = seen["nested"]
+    assert nested["runs"] == [*committed["runs"], nested["outer"], nested["explicit"]]
+    # Outside atomic(): at once, a plain handle.
+    assert seen["alone"] == {
+        "id": seen["alone"]["id"],
+        "type": "RunHandle",
+        "runs": [*nested["runs"], seen["alone"]["id"]],
+    }
+    # Django's tasks framework: the result's id (the run's) comes with the commit.
+    assert seen["result_inside"] == {"id": "", "runs": seen["alone"]["runs"]}
+    assert seen["result"] == {
+        "id": seen["result"]["id"],
+        "runs": [*seen["alone"]["runs"], int(seen["result"]["id"])],
+    }
+    # A worker runs all of them; its threads use psycopg2 connections too.
+    assert seen["drained"]["succeeded"] == len(seen["result"]["runs"])
+    assert seen["notes_after_worker"] == sorted(
+        [
+            *("row of the committed block", "committed", "many 1", "many 2"),
+            *("outer", "on commit", "alone"),  # not "rolled back", "inner"
+        ]
+    )
+    assert [d.split(".")[0] for d in seen["drivers"]] == ["psycopg2"]
+    assert seen["result_value"] == "HELLO"
+
+
+# -- Django's connections on workers ----------------------------------------------------
+
+
+@contextlib.contextmanager
+def site_worker(dsn: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`django-admin pgqueue worker` on tests/django_site, as a real process."""
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    env.update(PYTHONPATH=str(ROOT), DATABASE_URL=dsn, DJANGO_SETTINGS_MODULE=SITE_SETTINGS)
+    command = [sys.executable, "-m", "django", "pgqueue", "worker", "--log-level", "WARNING"]
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            [*command, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+
+        def output() -> str:
+            log.seek(0)
+            return log.read()
+
+        def registered() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{output()}")
+            query = "SELECT count(*) FROM pgqueue.workers WHERE pid = %s"
+            return bool(scalar(dsn, query, (proc.pid,)))
+
+        try:
+            wait_until(registered, message="the Django worker to register")
+            yield proc
+        except BaseException:
+            print(output())
+            raise
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_worker_refreshes_django_connections_around_each_run(dsn: str, app: pgqueue.App) -> None:
+    """As around a request: a connection killed between two runs is not reused, and one
+    past its CONN_MAX_AGE is closed when the run ends. One thread: one connection per
+    alias, reused from run to run."""
+
+    def run(alias: str) -> Run:
+        handle = app.enqueue_by_name("tests.django_site.tasks.backend_pid", [alias], max_attempts=1)
+        return wait_until(lambda: (r := app.get_run(handle.id)).finished and r, message="a run")
+
+    def alive(pid: int) -> bool:
+        return bool(scalar(dsn, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)))
+
+    def kill(pid: int) -> None:
+        assert scalar(dsn, "SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+    with site_worker(dsn, "--concurrency", "1"):
+        first = run("default").result
+        assert run("default").result == first  # CONN_MAX_AGE=None: kept between runs
+        unchecked = run("unchecked").result
+        kill(first)
+        kill(unchecked)
+
+        # CONN_HEALTH_CHECKS: refreshed before the run, the dead connection is replaced.
+        after_kill = run("default")
+        assert (after_kill.state, after_kill.error) == ("succeeded", None)
+        assert after_kill.result != first
+
+        # No health checks: the next run meets the dead connection and fails...
+        broken = run("unchecked")
+        assert broken.state == "failed" and "OperationalError" in (broken.error or "")
+        # ...which Django marks, so the refresh closes it: the run after reconnects.
+        healed = run("unchecked")
+        assert healed.state == "succeeded" and healed.result != unchecked
+
+        # CONN_MAX_AGE=0 (Django's default): closed as the run ends, as after a request.
+        per_run = run("per_run").result
+        wait_until(lambda: not alive(per_run), message="the run's connection to close")
+        assert alive(after_kill.result)  # the persistent one stays
+
+
+def test_sync_wrappers_run_around_each_sync_call_in_the_worker_thread(
+    app: pgqueue.App,
+) -> None:
+    """The core hook the Django integration uses: App.sync_wrappers, first one outermost,
+    around sync tasks, workflows and hooks, in the thread that runs them; not around
+    async tasks (they run on the event loop)."""
+    seen: list[tuple[str, str, int, str]] = []
+    worker_threads: set[str] = set()
+
+    def wrapper(label: str, bump: int) -> Callable[[pgqueue.Context, Callable[[], Any]], Any]:
+        def around(ctx: pgqueue.Context, call: Callable[[], Any]) -> Any:
+            seen.append((label, ctx.task.rsplit(".", 1)[-1], ctx.run_id, "enter"))
+            try:
+                value = call()
+                return value + bump if isinstance(value, int) else value
+            finally:
+                seen.append((label, ctx.task.rsplit(".", 1)[-1], ctx.run_id, "exit"))
+
+        return around
+
+    def hook(ctx: pgqueue.Context, result: Any) -> None:
+        worker_threads.add(threading.current_thread().name)
+        seen.append(("hook", ctx.task.rsplit(".", 1)[-1], ctx.run_id, str(result)))
+
+    @app.task(name="plain", on_success=hook)
+    def plain() -> int:
+        worker_threads.add(threading.current_thread().name)
+        return 1
+
+    @app.workflow(name="flow")
+    def flow(ctx: pgqueue.Context) -> int:
+        return int(ctx.step("one", lambda: 10))
+
+    @app.task(name="coro")
+    async def coro() -> int:
+        return 100
+
+    app.sync_wrappers.extend([wrapper("outer", 1000), wrapper("inner", 1)])
+    runs = [plain.enqueue().id, flow.enqueue().id, coro.enqueue().id]
+    assert drain(app, concurrency=1)["succeeded"] == 3
+
+    assert [app.get_run(i).result for i in runs] == [1002, 1011, 100]
+    p, f = runs[0], runs[1]
+    assert [e for e in seen if e[2] == p] == [
+        ("outer", "plain", p, "enter"),
+        ("inner", "plain", p, "enter"),
+        ("inner", "plain", p, "exit"),
+        ("outer", "plain", p, "exit"),
+        ("outer", "plain", p, "enter"),  # the on_success hook: wrapped too
+        ("inner", "plain", p, "enter"),
+        ("hook", "plain", p, "1002"),
+        ("inner", "plain", p, "exit"),
+        ("outer", "plain", p, "exit"),
+    ]
+    assert [e for e in seen if e[2] == f] == [
+        ("outer", "flow", f, "enter"),
+        ("inner", "flow", f, "enter"),
+        ("inner", "flow", f, "exit"),
+        ("outer", "flow", f, "exit"),
+    ]
+    assert len(seen) == 13  # nothing around the async task
+    assert threading.current_thread().name not in worker_threads

@@ -4,6 +4,7 @@ the same database (DATABASES["default"]): there is no second DSN to configure.""
 import os
 from pathlib import Path
 
+import django
 from psycopg.conninfo import conninfo_to_dict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -18,10 +19,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_tasks",
     "pgqueue.contrib.django",  # manage.py pgqueue, the admin for runs, transactional enqueue
     "orders",
 ]
+if django.VERSION < (6,):  # Django 6 has the tasks framework built in (django.tasks)
+    INSTALLED_APPS.insert(-2, "django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -71,7 +73,8 @@ DATABASES = {
 # pgqueue: the App with the project's tasks. DATABASE defaults to "default".
 PGQUEUE = {"APP": "myproj.tasks:app"}
 
-# Django's tasks framework (django_tasks on Django 5.2), run by pgqueue workers.
+# Django's tasks framework (django.tasks on Django 6, django_tasks on 5.2), run by
+# pgqueue workers.
 TASKS = {
     "default": {
         "BACKEND": "pgqueue.contrib.django.PgQueueBackend",

@@ -2,9 +2,13 @@
 (settings.TASKS uses pgqueue.contrib.django.PgQueueBackend)."""
 
 from django.utils import timezone
-from django_tasks import task
 
 from orders.models import Order
+
+try:
+    from django.tasks import task  # Django 6
+except ImportError:
+    from django_tasks import task  # Django 5.2: the backport
 
 
 @task(queue_name="receipts", priority=10)

@@ -6,11 +6,15 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
-from django_tasks.exceptions import TaskResultDoesNotExist
 
 from myproj.tasks import confirm_order
 from orders.models import Order
 from orders.tasks import send_receipt
+
+try:
+    from django.tasks.exceptions import TaskResultDoesNotExist  # Django 6
+except ImportError:
+    from django_tasks.exceptions import TaskResultDoesNotExist  # Django 5.2: the backport
 
 
 @csrf_exempt
@@ -18,7 +22,8 @@ from orders.tasks import send_receipt
 def create_order(request: HttpRequest) -> JsonResponse:
     with transaction.atomic():
         order = Order.objects.create(email=request.POST["email"])
-        # Joins the atomic block: the run commits with the order, or not at all.
+        # Joins the atomic block: the run commits with the order, or not at all (on
+        # psycopg2: it is enqueued just after the commit, and run.id is known then).
         run = confirm_order.enqueue(order.pk)
         if request.POST.get("fail"):
             raise RuntimeError("the payment provider said no")  # rolls back order and run

@@ -1,8 +1,10 @@
 """pgqueue for Django: add "pgqueue.contrib.django" to INSTALLED_APPS. See docs/django.md.
 
-- enqueue inside transaction.atomic() joins Django's transaction (psycopg 3)
+- enqueue inside transaction.atomic() joins Django's transaction (psycopg 3), or waits
+  for its commit (psycopg2)
 - `manage.py pgqueue worker|migrate|runs|...`, a system check for the schema
-- PgQueueBackend for Django's tasks framework, an admin for runs
+- workers refresh Django's connections around each run, as Django does around requests
+- PgQueueBackend for Django's tasks framework (django.tasks or django_tasks), an admin
 """
 
 from __future__ import annotations

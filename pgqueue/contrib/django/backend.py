@@ -1,4 +1,5 @@
-"""A backend for Django's tasks framework (the `django_tasks` package on Django 5.2):
+"""A backend for Django's tasks framework (`django.tasks` on Django 6, the `django_tasks`
+backport on Django 5.2):
 
     TASKS = {"default": {"BACKEND": "pgqueue.contrib.django.PgQueueBackend"}}
 
@@ -10,7 +11,8 @@ failed attempt is retried with backoff, its result READY again meanwhile).
 Each Django task becomes a pgqueue task named by its module path, registered on the App
 when the @task decorator runs (workers import every app's `tasks` module at start). A
 result's id is the pgqueue run id. Priorities map to pgqueue's (Django: higher first;
-pgqueue: lower first). Enqueue joins the current atomic block, as pgqueue's enqueue does.
+pgqueue: lower first). Enqueue joins the current atomic block, as pgqueue's enqueue does
+(on psycopg2 it waits for the commit: the result's id is set and task_enqueued sent then).
 """
 
 from __future__ import annotations
@@ -19,22 +21,30 @@ import builtins
 import functools
 import inspect
 import re
+import traceback
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import transaction
 from django.utils.module_loading import import_string
-from django_tasks import TaskContext, TaskResult, TaskResultStatus
-from django_tasks.backends.base import BaseTaskBackend
-from django_tasks.base import Task as DjangoTask
-from django_tasks.base import TaskError
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
-from django_tasks.signals import task_enqueued, task_finished, task_started
-from django_tasks.utils import get_exception_traceback, get_module_path
 
 from pgqueue.app import App
 from pgqueue.context import Context
 from pgqueue.contrib.django import conf
+from pgqueue.contrib.django._framework import (
+    BaseTaskBackend,
+    InvalidTaskError,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from pgqueue.contrib.django._framework import Task as DjangoTask
+from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
 from pgqueue.runs import Run, RunHandle
 from pgqueue.tasks import BoundTask, Task
@@ -62,10 +72,10 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
         value = self.options.get("MAX_ATTEMPTS")
         return None if value is None else int(value)
 
-    @property
+    @functools.cached_property
     def app(self) -> App:
         spec = self.options.get("APP")
-        return conf._load(spec) if spec else conf.get_app()
+        return conf.setup(conf._load(spec)) if spec else conf.setup()
 
     def validate_task(self, task: DjangoTask[Any, Any]) -> None:
         super().validate_task(task)
@@ -113,9 +123,10 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
     def _enqueued(
         self, task: DjangoTask[Any, Any], handle: RunHandle, args: Any, kwargs: Any
     ) -> TaskResult[Any]:
+        pending = isinstance(handle, PendingRunHandle) and not handle.committed
         result: TaskResult[Any] = TaskResult(
             task=task,
-            id=str(handle.id),
+            id="" if pending else str(handle.id),
             status=TaskResultStatus.READY,
             enqueued_at=datetime.now(UTC),
             started_at=None,
@@ -127,8 +138,17 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
             errors=[],
             worker_ids=[],
         )
-        task_enqueued.send(type(self), task_result=result)
+        if pending:  # psycopg2 inside atomic(): the run, and so the id, come at the commit
+            transaction.on_commit(
+                functools.partial(self._committed, result, handle), using=conf.database_alias()
+            )
+        else:
+            task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _committed(self, result: TaskResult[Any], handle: RunHandle) -> None:
+        object.__setattr__(result, "id", str(handle.id))
+        task_enqueued.send(type(self), task_result=result)
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
         app = self.app
@@ -186,8 +206,8 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
 
 
 def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
-    """The function pgqueue calls: the Django task's function, with Django's database
-    connections refreshed around it (as around a request) and the framework's signals."""
+    """The function pgqueue calls: the Django task's function, with the framework's
+    signals. (Workers refresh Django's connections around it: see worker.py.)"""
     func = task.func
     if inspect.iscoroutinefunction(func):
 
@@ -200,7 +220,6 @@ def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
 
     def run(ctx: Context, *args: Any, **kwargs: Any) -> Any:
         result = _running(task, alias, ctx)
-        close_old_connections()
         task_started.send(PgQueueBackend, task_result=result)
         try:
             if task.takes_context:
@@ -210,8 +229,8 @@ def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
         except BaseException as exc:
             result.errors.append(
                 TaskError(
-                    exception_class_path=get_module_path(type(exc)),
-                    traceback=get_exception_traceback(exc),
+                    exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    traceback="".join(traceback.format_exception(exc)),
                 )
             )
             _finish(result, TaskResultStatus.FAILED)
@@ -219,8 +238,6 @@ def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
         else:
             _finish(result, TaskResultStatus.SUCCESSFUL, value)
             return value
-        finally:
-            close_old_connections()
 
     run.__name__ = getattr(func, "__name__", "run")
     run.__doc__ = func.__doc__

@@ -35,9 +35,10 @@ def check_config(
         return [
             checks.Warning(
                 f"DATABASES[{alias!r}] runs on psycopg2: task.enqueue() inside "
-                "transaction.atomic() does not join the transaction.",
-                hint="Install psycopg 3 (pip install 'psycopg[binary]'), or enqueue with "
-                "pgqueue.contrib.django.enqueue_on_commit(task, ...).",
+                "transaction.atomic() cannot join the transaction; it enqueues at "
+                "transaction.on_commit instead (a crash right after the commit loses the run).",
+                hint="Let Django use psycopg 3 (pgqueue installs it; Django prefers it "
+                "when its backend can import it).",
                 id="pgqueue.W001",
             )
         ]

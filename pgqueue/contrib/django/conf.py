@@ -88,17 +88,23 @@ def _libpq_keywords() -> frozenset[str]:
     return frozenset(o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults())
 
 
-def setup() -> App:
-    """Configure the App from settings (the DSN of the alias, unless the App was given one;
-    NOTIFY) and let enqueues join Django's transactions on that alias."""
+def setup(app: App | None = None) -> App:
+    """Configure the App (PGQUEUE['APP'] by default) from settings: the DSN of the alias
+    unless the App was given one, NOTIFY; let enqueues join Django's transactions on that
+    alias (or wait for their commit, on psycopg2); refresh Django's connections around
+    each run on workers. Idempotent."""
+    from pgqueue.contrib.django import worker
     from pgqueue.contrib.django.transactions import DjangoTransactions
 
-    app = get_app()
+    app = app or get_app()
     if app._dsn is None:
         app.configure(dsn=database_dsn())
     if "NOTIFY" in options():
         app.configure(notify=bool(options()["NOTIFY"]))
-    app.connection_provider = DjangoTransactions(database_alias())
+    transactions = DjangoTransactions(database_alias())
+    app.connection_provider = transactions
+    app.enqueue_deferrer = transactions.defer
+    worker.install(app)
     return app
 
 

@@ -2,41 +2,92 @@
 
 Django on psycopg 3 hands out its psycopg Connection, so pgqueue's statement runs in the
 same transaction (invariant 5 of the design: the run exists iff the transaction commits).
-psycopg2 connections cannot be shared with psycopg 3: there, enqueue_on_commit() defers
-the enqueue to the commit instead (the run is then created just after it).
+A psycopg2 connection cannot be shared with psycopg 3: there, enqueue falls back to
+`transaction.on_commit` (the run is inserted just after the commit, not at all after a
+rollback), and returns a PendingRunHandle whose id is known once the commit is done.
 """
 
 from __future__ import annotations
 
-from typing import Any, ParamSpec
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 import psycopg
 from django.db import connections, transaction
 
-from pgqueue.tasks import BoundTask, Task
+from pgqueue.errors import PgQueueError
+from pgqueue.runs import RunHandle
+from pgqueue.tasks import BoundTask, RunRow, Task
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
 
 P = ParamSpec("P")
 
 
 def is_psycopg3(alias: str) -> bool:
-    try:
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3 as flag
-    except ImportError:  # no PostgreSQL driver at all
-        return False
-    return bool(flag) and connections[alias].vendor == "postgresql"
+    """Whether the alias's backend runs on psycopg 3 (Django's postgresql backend does
+    whenever it can import it; a third-party backend may not)."""
+    connection = connections[alias]
+    driver = getattr(connection, "Database", None)  # the DB-API module of the backend
+    return connection.vendor == "postgresql" and getattr(driver, "__name__", "") == "psycopg"
+
+
+class RunNotCommitted(PgQueueError, AttributeError):
+    """The id of a run enqueued at commit (psycopg2), read before the commit, or after a
+    rollback (then there is no run)."""
+
+
+class PendingRunHandle(RunHandle):
+    """What enqueue returns inside atomic() when Django runs on psycopg2: the run is
+    inserted when the transaction commits, so `id` (and wait(), get()...) work once the
+    atomic block is over; before that, or after a rollback, they raise RunNotCommitted."""
+
+    def __init__(self, app: App) -> None:
+        object.__setattr__(self, "app", app)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes not set yet: id and created, until the commit.
+        if name in ("id", "created"):
+            raise RunNotCommitted(
+                "this run is enqueued when the transaction commits (Django on psycopg2): "
+                "its id exists after the atomic block, and not at all if it rolls back"
+            )
+        raise AttributeError(name)
+
+    @property
+    def committed(self) -> bool:
+        return "id" in self.__dict__
+
+    def _created(self, handle: RunHandle) -> None:
+        object.__setattr__(self, "id", handle.id)
+        object.__setattr__(self, "created", handle.created)
+
+    def __repr__(self) -> str:
+        if self.committed:
+            return f"PendingRunHandle(id={self.id}, created={self.created})"
+        return "PendingRunHandle(id=<at commit>)"
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 class DjangoTransactions:
-    """App.connection_provider: the alias's psycopg connection while the calling thread is
-    inside an atomic block, else None (pgqueue then uses its own pool, in autocommit)."""
+    """The App's connection_provider and enqueue_deferrer for a DATABASES alias.
+
+    As the provider: the alias's psycopg connection while the calling thread is inside an
+    atomic block, else None (pgqueue then uses its own pool, in autocommit). As the
+    deferrer: inside an atomic block whose connection pgqueue cannot join (psycopg2), the
+    insert waits for `transaction.on_commit`."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
-        self.joins = is_psycopg3(alias)
 
     def __call__(self) -> psycopg.Connection[Any] | None:
-        if not self.joins:
-            return None
         connection = connections[self.alias]
         if not connection.in_atomic_block:
             return None
@@ -45,17 +96,40 @@ class DjangoTransactions:
         raw = connection.connection
         return raw if isinstance(raw, psycopg.Connection) else None
 
+    def defer(self, app: App, rows: Sequence[RunRow]) -> list[RunHandle] | None:
+        connection = connections[self.alias]
+        if not connection.in_atomic_block:
+            return None
+        connection.validate_no_broken_transaction()
+        pending = [PendingRunHandle(app) for _ in rows]
+        transaction.on_commit(
+            functools.partial(_insert_at_commit, app, list(rows), pending), using=self.alias
+        )
+        return [*pending]
+
+
+def _insert_at_commit(app: App, rows: list[RunRow], handles: list[PendingRunHandle]) -> None:
+    with app.connection() as conn:  # conn=: insert now, whatever the hooks say
+        inserted = app.insert_runs(rows, conn=conn)
+    for pending, handle in zip(handles, inserted, strict=True):
+        pending._created(handle)
+
 
 def enqueue_on_commit(
     task: Task[P, Any] | BoundTask[P, Any], /, *args: P.args, **kwargs: P.kwargs
-) -> None:
-    """Enqueue when the current transaction commits (not at all if it rolls back). For
-    psycopg2 projects; on psycopg 3 a plain enqueue() inside atomic() is better (you get
-    the run's id, and the run is created atomically with your rows). The arguments are
-    checked now, so a bad call fails here rather than after the commit."""
+) -> PendingRunHandle:
+    """Enqueue when the current transaction commits (not at all if it rolls back), on
+    psycopg 3 as on psycopg2; outside an atomic block, at once. The arguments are checked
+    now, so a bad call fails here rather than after the commit. A plain enqueue() inside
+    atomic() is usually better: on psycopg 3 it is atomic with your rows (no run lost if
+    the process dies between the commit and the insert), and on psycopg2 it does this."""
     from pgqueue.contrib.django.conf import database_alias
 
     bound = task if isinstance(task, BoundTask) else task.options()
     row = bound.task.make_row(args, kwargs, bound.opts)
     app = bound.task.app
-    transaction.on_commit(lambda: app.insert_runs([row]), using=database_alias())
+    handle = PendingRunHandle(app)
+    transaction.on_commit(
+        functools.partial(_insert_at_commit, app, [row], [handle]), using=database_alias()
+    )
+    return handle
