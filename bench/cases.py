@@ -40,6 +40,11 @@ from bench.raw_listener import CHANNEL as RAW_CHANNEL
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome
 
+try:  # a core from before completions were one jsonb document (bench --snapshot-rev)
+    from pgqueue.worker._completer import complete_params
+except ImportError:  # pragma: no cover
+    complete_params = None  # type: ignore[assignment]
+
 Log = Callable[[str], None]
 
 
@@ -217,9 +222,12 @@ def _drain_sql_only(conn: Conn, queue: str, limit: int) -> float:
 
 def _outcomes(rows: Sequence[dict[str, Any]], worker_id: uuid.UUID) -> dict[str, Any]:
     """complete.sql's parameters for `rows` (claim.sql output) all succeeding, built as the
-    worker's completer builds them; parameters the query names that Outcome lacks (the
-    core is evolving) are passed as NULLs."""
+    worker's completer builds them: with its complete_params when the core has it (one
+    jsonb document), else as arrays named by the query (parameters Outcome lacks, as the
+    core evolves, are passed as NULLs)."""
     outcomes = [Outcome(row["id"], row["lease_token"], "succeeded", result="null") for row in rows]
+    if complete_params is not None:
+        return complete_params(outcomes, worker_id)
     params: dict[str, Any] = {"worker_id": worker_id}
     for name in re.findall(r"%\((\w+)\)s", _sql.query("complete")):
         if name not in params:

@@ -12,8 +12,10 @@ if TYPE_CHECKING:
     from pgqueue.tasks import Task
     from pgqueue.workflows import Durable
 
+_CANCEL_LOCK = threading.Lock()  # shared: taken only to cancel or to wait for a cancel
 
-@dataclass
+
+@dataclass(slots=True)
 class Context:
     """Passed first to `@app.workflow` functions, and to on_success/on_failure hooks.
 
@@ -28,16 +30,34 @@ class Context:
     max_attempts: int
     args: list[Any]
     kwargs: dict[str, Any]
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _durable: Durable | None = field(default=None, repr=False)
+    # Cancellation: a flag, and an Event made only for a run that waits on it (an Event
+    # costs a Lock and a Condition; most runs never wait, and a worker makes one Context
+    # per run). Both are set under _CANCEL_LOCK, so a waiter never misses the cancel.
+    _cancelled: bool = field(default=False, repr=False)
+    _cancel_event: threading.Event | None = field(default=None, repr=False)
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancelled
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Sleep up to `timeout` seconds, waking early (and returning True) if cancelled."""
-        return self._cancel.wait(timeout)
+        with _CANCEL_LOCK:
+            if self._cancelled:
+                return True
+            event = self._cancel_event
+            if event is None:
+                event = self._cancel_event = threading.Event()
+        return event.wait(timeout)
+
+    def _cancel(self) -> None:
+        """Turn `cancelled` true and wake whoever waits in wait_cancelled (any thread)."""
+        with _CANCEL_LOCK:
+            self._cancelled = True
+            event = self._cancel_event
+        if event is not None:
+            event.set()
 
     @property
     def durable(self) -> Durable:

@@ -6,15 +6,16 @@
 -- if what it waits for already happened, it goes straight back to `queued`.
 -- A finished child wakes its waiting parent. Returns the runs that were written.
 WITH outcome AS (
-    SELECT *
-    FROM unnest(
-        %(id)s::bigint[], %(lease_token)s::uuid[], %(state)s::text[],
-        %(result)s::text[]::jsonb[], %(error)s::text[], %(error_kind)s::text[],
-        %(traceback)s::text[], %(delay)s::double precision[], %(refund)s::boolean[],
-        %(wait_event)s::text[], %(wait_key)s::text[], %(wait_since)s::timestamptz[],
-        %(wait_run_id)s::bigint[]
-    ) AS o (id, lease_token, state, result, error, error_kind, traceback, delay, refund,
-            wait_event, wait_key, wait_since, wait_run_id)
+    -- One jsonb array of objects (built by pgqueue.worker._completer.document): absent
+    -- keys are NULL. `result` is a one-element array holding the JSON result, so that a
+    -- result of JSON null stays jsonb 'null' (an absent result is SQL NULL).
+    SELECT o.id, o.lease_token, o.state, o.result -> 0 AS result, o.error, o.error_kind,
+           o.traceback, o.delay, coalesce(o.refund, false) AS refund, o.wait_event,
+           o.wait_key, o.wait_since, o.wait_run_id
+    FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS o (
+        id bigint, lease_token uuid, state text, result jsonb, error text, error_kind text,
+        traceback text, delay double precision, refund boolean, wait_event text,
+        wait_key text, wait_since timestamptz, wait_run_id bigint)
 ),
 resolved AS (
     SELECT o.*,

@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from pgqueue import _sql, migrate
-from pgqueue.worker._completer import Outcome
+from pgqueue.worker._completer import Outcome, complete_params
 from tests.apps import durability
 from tests.helpers import WorkerProcess, scalar, wait_until
 
@@ -150,9 +149,7 @@ def stale_complete(
     """What a worker that lost its lease would send: a success, fenced by its old token
     (the parameters are built as the completer builds them)."""
     outcome = Outcome(run_id, token, "succeeded", result='"stale"')
-    params: dict[str, Any] = {f.name: [getattr(outcome, f.name)] for f in fields(Outcome)}
-    params["worker_id"] = worker_id
-    return conn.execute(_sql.query("complete"), params).fetchall()
+    return conn.execute(_sql.query("complete"), complete_params([outcome], worker_id)).fetchall()
 
 
 def stale_renew(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
 from pgqueue import _sql
+from pgqueue.worker._completer import Outcome, complete_params
 
 WORKER = "00000000-0000-0000-0000-000000000001"
 
@@ -75,23 +77,21 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     }
     # Writes by id: the primary key, or the (small) index of running runs.
     assert_uses(plan(big, "renew_leases", by_id), "runs_pkey", "runs_lease_idx")
-    complete = by_id | {
-        "state": ["succeeded"] * 2,
-        "result": [None] * 2,
-        "error": [None] * 2,
-        "error_kind": [None] * 2,
+    outcomes = [Outcome(i, uuid.UUID(int=i), "succeeded", result="null") for i in (1, 2)]
+    complete = complete_params(outcomes, WORKER)
+    assert_uses(plan(big, "complete", complete), "runs_pkey", "runs_lease_idx")
     # Retention: finished runs by age; the parent check probes the primary key per run.
     prune = {"state": "succeeded", "older_than": 0, "limit": 1000}
     assert_uses(plan(big, "prune_runs", prune), "runs_finished_idx")
-        "traceback": [None] * 2,
-        "delay": [0.0] * 2,
-        "refund": [False] * 2,
-        "wait_event": [None] * 2,
-        "wait_key": [None] * 2,
-        "wait_since": [None] * 2,
-        "wait_run_id": [None] * 2,
-    }
-    assert_uses(plan(big, "complete", complete), "runs_pkey", "runs_lease_idx")
+
+
+def test_claim_plan_check_can_fail(conn: psycopg.Connection[Any]) -> None:
+    """Without its index the claim scans the table, and the check above notices."""
+    conn.execute("DROP INDEX pgqueue.runs_claim_idx")
+    conn.execute("ANALYZE pgqueue.runs")
+    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    with pytest.raises(AssertionError):
+        assert_uses(plan(conn, "claim", claim), "runs_claim_idx")
 
 
 def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
@@ -119,12 +119,3 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
         assert arbiter == (name != "enqueue_runs"), name  # ON CONFLICT only where keys are
     holders = plan(conn, "runs_by_idempotency_key", {"keys": ["key-1", "key-2"]})
     assert_uses(holders, "runs_idempotency_key_idx")
-
-
-def test_claim_plan_check_can_fail(conn: psycopg.Connection[Any]) -> None:
-    """Without its index the claim scans the table, and the check above notices."""
-    conn.execute("DROP INDEX pgqueue.runs_claim_idx")
-    conn.execute("ANALYZE pgqueue.runs")
-    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
-    with pytest.raises(AssertionError):
-        assert_uses(plan(conn, "claim", claim), "runs_claim_idx")

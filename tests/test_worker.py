@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import fields
 from typing import Any
 
 import psycopg
@@ -13,7 +12,7 @@ import pytest
 
 import pgqueue
 from pgqueue import _sql
-from pgqueue.worker._completer import Outcome
+from pgqueue.worker._completer import Outcome, complete_params
 from tests.helpers import InProcessWorker, wait_until
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -149,6 +148,49 @@ def test_cancel_a_running_run_stops_it(app: pgqueue.App) -> None:
     assert app.get_run(h.id).state == "canceled"
 
 
+def test_async_run_past_grace_is_cancelled_and_released(app: pgqueue.App) -> None:
+    """Stopping past the grace period cancels a running async task for real and gives
+    its run back (queued, attempt refunded); the worker's own task is not left cancelled
+    and still writes the release."""
+    started = threading.Event()
+    stopped = threading.Event()
+
+    @app.task
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    h = forever.enqueue()
+    with InProcessWorker(app, grace=0.2) as w:
+        assert started.wait(10)
+    assert stopped.is_set()
+    assert w.stats["released"] == 1
+    run = app.get_run(h.id)
+    assert (run.state, run.attempt, run.worker_id) == ("queued", 0, None)
+
+
+def test_async_task_that_finishes_without_suspending(app: pgqueue.App) -> None:
+    """A coroutine that never awaits finishes in the worker's own task; many at once."""
+
+    @app.task(timeout=5)
+    async def double(n: int) -> int:
+        return 2 * n
+
+    @app.task
+    async def boom() -> None:
+        raise ValueError("nope")
+
+    handles = double.enqueue_many([(i,) for i in range(50)])
+    bad = boom.options(max_attempts=1).enqueue()
+    burst(app, concurrency=20)
+    assert [app.get_run(h.id).result for h in handles] == [2 * i for i in range(50)]
+    assert app.get_run(bad.id).state == "failed"
+
+
 def test_unknown_task_fails_without_blocking_the_queue(app: pgqueue.App) -> None:
     @app.task
     def known() -> str:
@@ -263,8 +305,7 @@ def test_stale_lease_cannot_write(app: pgqueue.App, conn: psycopg.Connection[Any
     token = row[8]
     conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() - interval '1s'")
     outcome = Outcome(h.id, token, "succeeded", result="1")
-    params = {f.name: [getattr(outcome, f.name)] for f in fields(Outcome)}
-    params["worker_id"] = WORKER
+    params = complete_params([outcome], WORKER)
     assert conn.execute(_sql.query("complete"), params).fetchall() == []
     renewed = conn.execute(
         _sql.query("renew_leases"),
@@ -290,3 +331,60 @@ def test_burst_drains_a_limited_queue(app: pgqueue.App) -> None:
     handles = t.enqueue_many([(i,) for i in range(40)])
     burst(app, concurrency=8)
     assert {app.get_run(h.id).state for h in handles} == {"succeeded"}
+
+
+def test_completion_document_round_trip(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    """Every kind of outcome survives the one-jsonb-document encoding of complete.sql."""
+    import datetime as dt
+    import math
+
+    @app.task
+    def t() -> None: ...
+
+    ids = [h.id for h in t.enqueue_many([() for _ in range(8)])]
+    params = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    tokens = {r[0]: r[8] for r in conn.execute(_sql.query("claim"), params).fetchall()}
+    since = dt.datetime(2030, 1, 2, 3, 4, 5, 600000, tzinfo=dt.UTC)
+    a, b, c, d, e, f, g, h = ids
+    outcomes = [
+        Outcome(a, tokens[a], "succeeded", result="null"),
+        Outcome(b, tokens[b], "succeeded"),
+        Outcome(c, tokens[c], "succeeded", result='{"k":[1,"\\u00e9\\n\\"x"]}'),
+        Outcome(
+            d, tokens[d], "failed", error="bad \x00 \udc80 é", error_kind="error", traceback="tb"
+        ),
+        Outcome(e, tokens[e], "scheduled", error="E: x", error_kind="error", delay=60.0),
+        Outcome(f, tokens[f], "queued", refund=True),
+        Outcome(
+            g, tokens[g], "waiting", delay=None, refund=True, wait_event="ev", wait_key="k",
+            wait_since=since,
+        ),
+        Outcome(h, tokens[h], "scheduled", delay=math.inf, refund=True),
+    ]  # fmt: skip
+    written = conn.execute(_sql.query("complete"), complete_params(outcomes, WORKER)).fetchall()
+    assert sorted(r[0] for r in written) == sorted(ids)
+    rows = {
+        r[0]: r[1:]
+        for r in conn.execute(
+            """SELECT id, state, result IS NULL, result, error, attempt,
+                      least(extract(epoch FROM run_at - now()), 1e9)::int,
+                      run_at = '9999-12-31 00:00:00+00',
+                      wait_event, wait_key, wait_since, lease_token IS NULL
+                 FROM pgqueue.runs WHERE id = ANY(%s)""",
+            (ids,),
+        ).fetchall()
+    }
+    assert rows[a][:3] == ("succeeded", False, None)  # JSON null, not SQL NULL
+    assert rows[b][:2] == ("succeeded", True)
+    assert rows[c][2] == {"k": [1, 'é\n"x']}
+    assert rows[d][0] == "failed" and rows[d][3] == "bad \\x00 ? é"
+    assert rows[e][0] == "scheduled" and rows[e][4] == 1 and 58 <= rows[e][5] <= 60
+    assert rows[f][0] == "queued" and rows[f][4] == 0
+    assert rows[g][0] == "waiting" and rows[g][4] == 0 and rows[g][6]
+    assert rows[g][7:10] == ("ev", "k", since)
+    assert rows[h][0] == "scheduled" and rows[h][6]  # an infinite delay: no deadline
+    assert all(r[-1] for r in rows.values())  # every lease handed back
+    errors = conn.execute(
+        "SELECT run_id, kind, message, traceback FROM pgqueue.run_errors ORDER BY run_id"
+    ).fetchall()
+    assert errors == [(d, "error", "bad \\x00 ? é", "tb"), (e, "error", "E: x", None)]

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import traceback
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -29,7 +30,7 @@ class AttemptTimeout(Exception):
     """The attempt ran past its task's timeout."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Held:
     """A run this worker holds under a lease."""
 
@@ -37,8 +38,10 @@ class Held:
     lease_token: UUID
     row: dict[str, Any]
     ctx: Context
-    invocation: asyncio.Future[Any] | None = None
+    invocation: asyncio.Future[Any] | None = None  # a sync task's call in its thread
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # the worker's asyncio task for this attempt, while it awaits an async task's code
+    awaiting: asyncio.Task[Any] | None = field(default=None, repr=False)
     submitted: bool = False  # its outcome went to the completer: stop renewing
     lost: bool = False  # lease lost or run canceled: write nothing
     released: bool = False  # handed back at shutdown
@@ -46,9 +49,9 @@ class Held:
     def stop(self) -> None:
         """Ask the attempt to stop: ctx.cancelled for everyone, real cancellation for
         async tasks. A thread cannot be stopped; its slot stays busy until it returns."""
-        self.ctx._cancel.set()
-        if isinstance(self.invocation, asyncio.Task) and not self.invocation.done():
-            self.invocation.cancel()
+        self.ctx._cancel()
+        if self.awaiting is not None and not self.awaiting.done():
+            self.awaiting.cancel()
 
 
 def failure(
@@ -158,21 +161,47 @@ async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
     kwargs = held.row["kwargs"]
     timeout = held.row["timeout_seconds"]
     if task.is_async:
-        held.invocation = asyncio.ensure_future(task.fn(*args, **kwargs))
-        awaitable: asyncio.Future[Any] = held.invocation
-    else:
-        held.invocation = worker.threads.submit(functools.partial(task.fn, *args, **kwargs))
-        # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
-        # the slot stays busy until the function returns.
-        awaitable = asyncio.shield(held.invocation)
+        return await _await_async(held, task.fn(*args, **kwargs), timeout)
+    call = functools.partial(task.fn, *args, **kwargs)
+    app = worker.app
+    held.invocation = worker.threads.submit(
+        app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
+    )
     if timeout is None:
-        return await awaitable
+        return await held.invocation  # nothing cancels the attempt's asyncio task
+    # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
+    # the slot stays busy until the function returns.
     try:
-        return await asyncio.wait_for(awaitable, timeout)
+        return await asyncio.wait_for(asyncio.shield(held.invocation), timeout)
     except TimeoutError:
         if held.invocation.done() and not held.invocation.cancelled():
             raise  # the task itself raised TimeoutError (a socket timeout, say)
         raise AttemptTimeout(f"attempt exceeded the task's timeout of {timeout:g}s") from None
+
+
+async def _await_async(held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+    """Await an async task's coroutine in the attempt's own asyncio task (no task of its
+    own: one less per run, and a coroutine that does not suspend finishes at once).
+    Held.stop() cancels the attempt's task while `held.awaiting` is set, i.e. only while
+    the task's code runs; attempt() then writes nothing (the run is lost or released)."""
+    current = asyncio.current_task()
+    held.awaiting = current
+    try:
+        if timeout is None:
+            return await coro
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                return await coro
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the task itself raised TimeoutError (a socket timeout, say)
+            raise AttemptTimeout(f"attempt exceeded the task's timeout of {timeout:g}s") from None
+    except asyncio.CancelledError:
+        if (held.lost or held.released) and current is not None:
+            current.uncancel()  # our own stop(), handled by attempt(): not the task's end
+        raise
+    finally:
+        held.awaiting = None
 
 
 async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
@@ -191,7 +220,11 @@ async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
         if asyncio.iscoroutinefunction(hook):
             await hook(held.ctx, value)
         else:
-            await worker.threads.submit(functools.partial(hook, held.ctx, value))
+            call = functools.partial(hook, held.ctx, value)
+            app = worker.app
+            await worker.threads.submit(
+                app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
+            )
     except Exception:
         log.exception(
             "run %s: %s hook of task %s raised (the run's outcome stands)",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
+Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
 
 class DaemonThreads:
@@ -24,6 +25,10 @@ class DaemonThreads:
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._lock = threading.Lock()
+        # Results not yet handed to their loop, by loop. The first result of a batch
+        # schedules one callback that settles all that arrived meanwhile: one wake-up of
+        # the loop (a write to its self-pipe) for many short jobs, not one each.
+        self._done: dict[asyncio.AbstractEventLoop, list[Settled]] = {}
 
     def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -48,13 +53,27 @@ class DaemonThreads:
         while (job := self._jobs.get()) is not None:
             fn, future, loop = job
             try:
-                result = fn()
+                settled: Settled = (future, fn(), None)
             except BaseException as exc:  # handed to the awaiting coroutine
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, result, None)
+                settled = (future, None, exc)
             with self._lock:
                 self._idle += 1
+                batch = self._done.get(loop)
+                if batch is not None:
+                    batch.append(settled)
+                    continue
+                self._done[loop] = [settled]
+            try:
+                loop.call_soon_threadsafe(self._settle_batch, loop)
+            except RuntimeError:  # the loop is closed: nobody waits for this any more
+                with self._lock:
+                    self._done.pop(loop, None)
+
+    def _settle_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            batch = self._done.pop(loop, [])
+        for future, result, exc in batch:
+            _settle(future, result, exc)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
