@@ -662,11 +662,16 @@ class Chaos:
                 f.step_violations.append((key[0], name, f"{len(in_attempt)}x in attempt {attempt}"))
         row.step_reexec = len(f.step_violations)
 
-        # 4. semaphore: most bodies of chaos_limited executing at once (spans)
+        # 4. semaphore: most bodies of chaos_limited executing at once (spans). A permit is
+        # a valid lease: a body that outlived its lease (the worker lost the database for
+        # longer than the lease, and a thread cannot be stopped) no longer holds one, and
+        # its run was rescued (a lease_expired row). Such runs' bodies are left out here;
+        # the valid leases themselves are checked below, for every run.
+        outlived = {r[3] for r in runs if rescues[r[0]]}
         spans = [
             (e[7], e[8] if e[8] is not None else self.fleet.deaths.get(e[6], math.inf), e[5])
             for e in execs
-            if e[0] == "limited"
+            if e[0] == "limited" and e[1] not in outlived
         ]
         row.sem_max = max_overlap([(a, b) for a, b, _ in spans])
         row.group_max = max(
