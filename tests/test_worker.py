@@ -126,7 +126,8 @@ def test_sync_task_timeout_flags_ctx_cancelled(app: pgqueue.App) -> None:
     assert saw_cancel.is_set()
 
 
-def test_cancel_a_running_run_stops_it(app: pgqueue.App) -> None:
+def sleeps_until_cancelled(app: pgqueue.App) -> tuple[Any, threading.Event, threading.Event]:
+    """An async task that sleeps a minute; events: it started, it was cancelled."""
     started = threading.Event()
     stopped = threading.Event()
 
@@ -139,6 +140,11 @@ def test_cancel_a_running_run_stops_it(app: pgqueue.App) -> None:
             stopped.set()
             raise
 
+    return forever, started, stopped
+
+
+def test_cancel_a_running_run_stops_it(app: pgqueue.App) -> None:
+    forever, started, stopped = sleeps_until_cancelled(app)
     h = forever.enqueue()
     with InProcessWorker(app) as w:
         assert started.wait(10)
@@ -152,18 +158,7 @@ def test_async_run_past_grace_is_cancelled_and_released(app: pgqueue.App) -> Non
     """Stopping past the grace period cancels a running async task for real and gives
     its run back (queued, attempt refunded); the worker's own task is not left cancelled
     and still writes the release."""
-    started = threading.Event()
-    stopped = threading.Event()
-
-    @app.task
-    async def forever() -> None:
-        started.set()
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-
+    forever, started, stopped = sleeps_until_cancelled(app)
     h = forever.enqueue()
     with InProcessWorker(app, grace=0.2) as w:
         assert started.wait(10)
