@@ -2,6 +2,12 @@
 -- priority then FIFO order, under a fresh lease. Reads only runs_claim_idx; SKIP LOCKED
 -- lets many workers claim at once without waiting on each other. A paused queue, or one
 -- that has limits (those go through claim_limited), yields nothing.
+-- The claim commits asynchronously (synchronous_commit off for this transaction only): it
+-- does not wait for its WAL flush. WAL is flushed in order, so the attempt's outcome (or
+-- any step, child run or enqueue it writes), which does wait, makes the claim durable
+-- too. A server crash can lose only a claim whose attempt wrote nothing yet: the run is
+-- `queued` again and runs again (at-least-once, as after an expired lease), and the lost
+-- attempt's late outcome is fenced out by its lease token.
 WITH picked AS (
     SELECT id
     FROM pgqueue.runs
@@ -24,6 +30,7 @@ UPDATE pgqueue.runs r
  -- = ANY(ARRAY(...)) rather than a join: a generic plan then still probes the primary
  -- key instead of hashing against a scan of the whole table.
  WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+   AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
 RETURNING r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
           r.timeout_seconds, r.lease_token, r.priority, r.group_key, r.parent_id,
           extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds,

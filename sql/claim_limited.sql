@@ -2,6 +2,7 @@
 -- pgqueue.claim_limited() (migration 0005) for the rules. One statement, one transaction:
 -- run it in autocommit. `finishing`: lease tokens of this worker's runs whose outcome is
 -- being written; their code has returned, so they hold no permit.
+-- Commits asynchronously, as claim.sql does (see there why that loses nothing).
 SELECT r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
        r.timeout_seconds, r.lease_token, r.priority, r.group_key, r.parent_id,
        extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds,
@@ -9,3 +10,4 @@ SELECT r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
 FROM pgqueue.claim_limited(%(queue)s::text, %(worker_id)s::uuid, %(limit)s::integer,
                            %(lease_seconds)s::double precision,
                            %(finishing)s::uuid[]) r
+WHERE (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL

@@ -383,3 +383,35 @@ def test_completion_document_round_trip(app: pgqueue.App, conn: psycopg.Connecti
         "SELECT run_id, kind, message, traceback FROM pgqueue.run_errors ORDER BY run_id"
     ).fetchall()
     assert errors == [(d, "error", "bad \\x00 ? é", "tb"), (e, "error", "E: x", None)]
+
+
+def test_claims_commit_asynchronously_outcomes_do_not(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A claim does not wait for its WAL flush (the outcome's commit, which does, flushes it
+    too); the setting is local to the claim's transaction, and outcomes stay synchronous."""
+    conn.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('tight', 2)")
+
+    @app.task
+    def t() -> None: ...
+
+    @app.task(queue="tight")
+    def limited() -> None: ...
+
+    h = t.enqueue()
+    limited.enqueue()
+    setting = "SELECT current_setting('synchronous_commit')"
+    claim = {"limit": 1, "worker_id": WORKER, "lease_seconds": 30, "finishing": []}
+    tokens = {}
+    for query, queue in [("claim", "default"), ("claim_limited", "tight")]:
+        with conn.transaction():
+            rows = conn.execute(_sql.query(query), {**claim, "queue": queue}).fetchall()
+            assert len(rows) == 1, query
+            tokens[queue] = rows[0][8]
+            assert conn.execute(setting).fetchone() == ("off",), query
+        assert conn.execute(setting).fetchone() == ("on",), query
+    with conn.transaction():
+        outcome = Outcome(h.id, tokens["default"], "succeeded")
+        written = conn.execute(_sql.query("complete"), complete_params([outcome], WORKER))
+        assert [r[0] for r in written.fetchall()] == [h.id]
+        assert conn.execute(setting).fetchone() == ("on",)
