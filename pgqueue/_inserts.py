@@ -24,12 +24,21 @@ if TYPE_CHECKING:
 # Values already checked: only the run's own fields (str, int, float, None) go through it.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
-Found = Sequence[Sequence[Any]]  # the statements' (id, idempotency_key, notified) rows
+Found = Sequence[Any] | None  # the statements' one row: (ids, keys, notified)
+Existing = Sequence[Sequence[Any]]  # runs_by_idempotency_key.sql's (id, key) rows
+
+
+def _ids_keys(found: Found) -> tuple[list[int], list[str | None]]:
+    """The inserted runs' ids and keys, in id order (NULL arrays: nothing was inserted)."""
+    if found is None or found[0] is None:
+        return [], []
+    return found[0], found[1]
 
 
 class Insert:
-    """One insert_runs call: run `query` with `params`, then `lookup(found)` if it returns a
-    statement (keys that other runs held), then `handles(found, existing)`."""
+    """One insert_runs call: run `query` with `params` and fetch its one row (`found`), then
+    `lookup(found)` if it returns a statement (keys that other runs held), then
+    `handles(found, existing)`."""
 
     def __init__(self, app: App, rows: Sequence[RunRow]) -> None:
         self.app = app
@@ -44,7 +53,7 @@ class Insert:
         """The query for the runs that already held a key (the insert skipped them)."""
         if not self.keyed:
             return None
-        created = {key for _, key, _ in found if key is not None}
+        created = {key for key in _ids_keys(found)[1] if key is not None}
         missing = [
             r.idempotency_key
             for r in self.rows
@@ -54,17 +63,19 @@ class Insert:
             return None
         return _sql.query("runs_by_idempotency_key"), {"keys": missing}
 
-    def handles(self, found: Found, existing: Found = ()) -> list[RunHandle]:
-        """A handle per row, in order. `found` comes back ordered by id, and the ids of a
+    def handles(self, found: Found, existing: Existing = ()) -> list[RunHandle]:
+        """A handle per row, in order. `found` holds the ids in id order, and the ids of a
         statement's rows follow the rows' order. A run whose key was taken (by an earlier
         run, or by an earlier row of this batch) gets the holder's id and created=False."""
         app = self.app
+        ids, keys = _ids_keys(found)
         if not self.keyed:
-            return [RunHandle(run_id, app) for run_id, _, _ in found]
-        by_key = {key: run_id for run_id, key, _ in found if key is not None}
+            return RunHandle.many(ids, app)
+        pairs = list(zip(ids, keys, strict=True))
+        by_key = {key: run_id for run_id, key in pairs if key is not None}
         by_key.update({key: run_id for run_id, key in existing})
-        fresh = iter(run_id for run_id, key, _ in found if key is None)
-        created_keys = {key for _, key, _ in found if key is not None}
+        fresh = iter(run_id for run_id, key in pairs if key is None)
+        created_keys = {key for _, key in pairs if key is not None}
         out = []
         for r in self.rows:
             if r.idempotency_key is None:

@@ -115,7 +115,7 @@ class AsyncApp:
             return []
         op = _inserts.Insert(self._app(), rows)
         async with self.async_connection(conn) as c:
-            found = await (await c.execute(op.query, op.params)).fetchall()
+            found = await (await c.execute(op.query, op.params)).fetchone()
             lookup = op.lookup(found)
             existing = await (await c.execute(*lookup)).fetchall() if lookup else []
         return op.handles(found, existing)

@@ -315,7 +315,7 @@ class App(AsyncApp):
                 return deferred
         op = _inserts.Insert(self, rows)
         with self.connection(caller) as c:
-            found = c.execute(op.query, op.params).fetchall()
+            found = c.execute(op.query, op.params).fetchone()
             lookup = op.lookup(found)
             existing = c.execute(*lookup).fetchall() if lookup else []
         return op.handles(found, existing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,22 @@ class RunHandle:
     id: int
     app: App
     created: bool = True
+
+    @classmethod
+    def many(cls, ids: Iterable[int], app: App) -> list[RunHandle]:
+        """Handles of freshly created runs, for a batch: the same objects the constructor
+        makes, without its three object.__setattr__ calls per handle (a frozen
+        dataclass's __init__), a third of what handing back a bulk enqueue cost."""
+        new = object.__new__
+        out: list[RunHandle] = []
+        append = out.append
+        for run_id in ids:
+            handle = new(cls)
+            values = handle.__dict__
+            values["id"] = run_id
+            values["app"] = app
+            append(handle)
+        return out
 
     def get(self) -> Run:
         return self.app.get_run(self.id)

@@ -139,8 +139,17 @@ class RunBatch(Sequence[RunRow]):
         empty: dict[str, Any] = {}
         args: Sequence[Any]
         kwargs: Mapping[str, Any]
+        # positional counts that need no check at all (no validator, no required
+        # keyword-only parameter): the common item skips the call to validate
+        arity = task.arity
+        lo, hi = arity.min_args, arity.max_args
+        if task.validator is not None or arity.required_kwonly:
+            lo, hi = 1, 0
         for item in items:
             if isinstance(item, (list, tuple)):
+                if group_fn is None and lo <= len(item) <= hi:
+                    append([item, empty])
+                    continue
                 args, kwargs = item, empty
             elif isinstance(item, Mapping):
                 args, kwargs = (), item if isinstance(item, dict) else dict(item)

@@ -1,7 +1,7 @@
 -- Insert one run (enqueue, enqueue_by_name): what enqueue_runs.sql does for a batch, with
 -- the values as parameters and no JSON document to take apart (a little faster per call).
 -- Due now: `queued`, and a NOTIFY of its queue (delivered at commit); later: `scheduled`.
--- A taken idempotency key inserts nothing and returns no row: the caller looks the
+-- A taken idempotency key inserts nothing and returns no id: the caller looks the
 -- holder up (runs_by_idempotency_key.sql).
 WITH inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
@@ -17,7 +17,8 @@ WITH inserted AS (
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, state, idempotency_key
 )
-SELECT id, idempotency_key,
+-- The batch statements' shape: one row of (ids, keys, notified).
+SELECT array_agg(id) AS ids, array_agg(idempotency_key) AS keys,
        (SELECT count(pg_notify('pgqueue_queued', queue))
           FROM inserted WHERE state = 'queued' AND %(notify)s::boolean) AS notified
 FROM inserted

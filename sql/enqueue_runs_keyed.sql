@@ -32,9 +32,11 @@ inserted AS (
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, state, idempotency_key
 )
-SELECT id, idempotency_key,
+-- One row: the ids and keys as two arrays in id order (a row per run cost the client
+-- more than building the document).
+SELECT array_agg(id ORDER BY id) AS ids,
+       array_agg(idempotency_key ORDER BY id) AS keys,
        (SELECT count(pg_notify('pgqueue_queued', q.queue))
           FROM (SELECT DISTINCT queue FROM inserted
                  WHERE state = 'queued' AND %(notify)s::boolean) q) AS notified
 FROM inserted
-ORDER BY id
