@@ -21,6 +21,10 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
    start - enqueue call start, same host clock;
 3b. processing with two worker processes: --two-runs jobs bulk-enqueued (untimed), then
    two worker processes started as in step 3 drain them; same rate method;
+3c. deep queue: --deep jobs (60,000) bulk-enqueued (untimed), drained by one worker
+   process, then again by two. A drain of step 3's ~12k jobs is over in about a second at
+   these rates, mostly start-up; this one measures the steady state of a queue that
+   stays deep (and shows whose claim slows down as the queue grows);
 4b. chains: a 4-task chain (each task enqueues the next: `enqueue_async`,
    procrastinate's `defer_async` from the job context, pgqueuer's `Queries.enqueue` on the
    PgQueuer's own driver) in all three, and a 4-step workflow (`ctx.step` x4) in pgqueue,
@@ -742,6 +746,8 @@ class Samples:
     flow: list[float] = field(default_factory=list)
     flow_p50: list[float] = field(default_factory=list)
     flow_p95: list[float] = field(default_factory=list)
+    deep: list[float] = field(default_factory=list)
+    deep2: list[float] = field(default_factory=list)
     backlog: list[float] = field(default_factory=list)
     backlog_ratio: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -766,6 +772,13 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
             s.process2.append(rate)
             s.process2_ratio.append(rate / s.process[-1])
             log(f"process, 2 workers {rate:,.0f} jobs/s ({n:,} jobs)")
+        if args.deep:
+            # a queue that stays deep for the whole drain: steady state, not a burst
+            for kind, workers in (("deep", 1), ("deep2", 2)):
+                lib.bulk(args.deep // 1000 - 2, 1000)
+                rate, n = drain_rate(lib, args.cap, workers=workers)
+                getattr(s, kind).append(rate)
+                log(f"deep queue, {workers} worker(s): {rate:,.0f} jobs/s ({n:,} jobs)")
         lat = pickup(lib, args.pickups, 10, r)
         for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
             dest.append(percentile(lat, q))
@@ -807,6 +820,8 @@ ROWS = (
     ("process", "no-op processing, 1 worker process", "jobs/s", True),
     ("process2", "no-op processing, 2 worker processes", "jobs/s", True),
     ("process2_ratio", "2 processes / 1 process, same repeat", "x", True),
+    ("deep", "no-op processing, 60k jobs queued, 1 worker process", "jobs/s", True),
+    ("deep2", "no-op processing, 60k jobs queued, 2 worker processes", "jobs/s", True),
     ("p50", "idle pickup p50", "ms", False),
     ("p95", "idle pickup p95", "ms", False),
     ("p99", "idle pickup p99", "ms", False),
@@ -855,6 +870,8 @@ def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
     for key, label in (
         ("process", "processing throughput, 1 worker process"),
         ("process2", "processing throughput, 2 worker processes"),
+        ("deep", "processing throughput, 60k jobs queued, 1 worker process"),
+        ("deep2", "processing throughput, 60k jobs queued, 2 worker processes"),
         ("bulk", "bulk enqueue"),
     ):
         if not getattr(ours, key):
@@ -899,7 +916,7 @@ def plot(results: dict[str, Samples], path: Path) -> None:
     panels = [
         ("bulk enqueue (jobs/s)", ["bulk"]),
         ("single enqueue (jobs/s)", ["single"]),
-        ("no-op processing (jobs/s)", ["process", "process2", "backlog"]),
+        ("no-op processing (jobs/s)", ["process", "process2", "deep", "deep2", "backlog"]),
         ("idle pickup (ms, lower is better)", ["p50", "p95", "p99"]),
         ("chains, 1 worker (per s)", ["chain", "flow"]),
         (
@@ -923,6 +940,8 @@ def plot(results: dict[str, Samples], path: Path) -> None:
             "backlog": "1 worker,\n500k backlog",
             "process": "1 worker",
             "process2": "2 workers",
+            "deep": "1 worker,\n60k queued",
+            "deep2": "2 workers,\n60k queued",
             "chain": "4-task chain",
             "flow": "4-step workflow\n(pgqueue)",
             "chain_p50": "chain p50",
@@ -951,7 +970,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--libs", default=",".join(LIBS))
     p.add_argument("--batches", type=int, default=10, help="bulk: batches of 1,000 timed")
     p.add_argument("--single", type=int, default=300, help="single enqueues timed")
-    p.add_argument("--pickups", type=int, default=150, help="pickup samples per repeat")
+    p.add_argument("--pickups", type=int, default=300, help="pickup samples per repeat")
+    p.add_argument("--deep", type=int, default=60_000, help="jobs for the deep drains (0: skip)")
     p.add_argument("--two-runs", type=int, default=12_000, help="jobs for 2 workers (0: skip)")
     p.add_argument("--chains", type=int, default=1000, help="chains started at once (0: skip)")
     p.add_argument("--chain-pings", type=int, default=50, help="chain latency samples")
