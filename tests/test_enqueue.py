@@ -139,7 +139,14 @@ def test_non_json_arguments_are_rejected_and_nothing_is_stored(
         send.enqueue_many([("ok",), (datetime.now(),)])
     with pytest.raises(TypeError, match="must be JSON"):
         send.enqueue(float("nan"))
+    # JSON, but not jsonb: a NUL character (its escape, not a backslash before "u0000")
+    with pytest.raises(pgqueue.InvalidArguments, match=r"^arguments of .* NUL character"):
+        send.enqueue("a\x00b")
+    with pytest.raises(pgqueue.InvalidArguments, match="NUL character"):
+        send.enqueue_many([("ok",), ({"k": "\\\x00"},)])
     assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (0,)
+    send.enqueue(r"\u0000")
+    assert conn.execute("SELECT args FROM pgqueue.runs").fetchone() == ([r"\u0000"],)
 
 
 def test_wrong_arity_is_rejected_at_enqueue(send: Any) -> None:

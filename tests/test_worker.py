@@ -226,6 +226,22 @@ def test_non_json_result_fails_cleanly(app: pgqueue.App) -> None:
     assert "must be JSON" in (run.error or "")
 
 
+def test_result_postgres_cannot_store_fails_cleanly(app: pgqueue.App) -> None:
+    """A NUL character is JSON but not jsonb: the run fails with a clear error instead of
+    failing the completion batch it is written in."""
+
+    @app.task(max_attempts=3)
+    def returns_nul(s: str) -> str:
+        return s + "\x00" if s == "a" else s
+
+    bad, good = returns_nul.enqueue("a"), returns_nul.enqueue_many([("b",)])[0]
+    burst(app)
+    run = app.get_run(bad.id)
+    assert (run.state, run.attempt) == ("failed", 1)
+    assert "NUL character" in (run.error or "")
+    assert (app.get_run(good.id).state, app.get_run(good.id).result) == ("succeeded", "b")
+
+
 def test_hooks_run_once_and_cannot_change_the_outcome(app: pgqueue.App) -> None:
     seen: list[tuple[str, Any]] = []
 
