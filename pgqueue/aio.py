@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pgqueue import _inserts, _sql, db
 from pgqueue.errors import ConfigError
 from pgqueue.runs import Run, RunHandle, found_run
-from pgqueue.tasks import RunRow
+from pgqueue.tasks import RunBatch, RunRow
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -37,6 +37,7 @@ class AsyncApp:
     _apool_dsn: str = ""
     _apool_opening: asyncio.Task[None] | None = None
     _apool_guard: asyncio.Task[None] | None = None
+    _group_commit: GroupCommit | None = None
 
     def _app(self) -> App:
         return cast("App", self)
@@ -110,9 +111,20 @@ class AsyncApp:
     async def insert_runs_async(
         self, rows: Sequence[RunRow], *, conn: AsyncConn | None = None
     ) -> list[RunHandle]:
-        """The async twin of App.insert_runs: one statement for the whole batch."""
+        """The async twin of App.insert_runs: one statement for the whole batch. A single
+        run without a connection of its own (enqueue_async) is written by the loop's
+        GroupCommit, together with the other single runs enqueued meanwhile."""
         if not rows:
             return []
+        if conn is None and len(rows) == 1 and not isinstance(rows, RunBatch):
+            loop = asyncio.get_running_loop()
+            group = self._group_commit
+            if group is None or group.loop is not loop:
+                group = self._group_commit = GroupCommit(self, loop)
+            return [await group.insert(rows[0])]
+        return await self._insert_now(rows, conn)
+
+    async def _insert_now(self, rows: Sequence[RunRow], conn: AsyncConn | None) -> list[RunHandle]:
         op = _inserts.Insert(self._app(), rows)
         async with self.async_connection(conn) as c:
             found = await (await c.execute(op.query, op.params)).fetchone()
@@ -148,3 +160,74 @@ async def _close_with_loop(pool: AsyncConnectionPool[AsyncConn]) -> None:
     except asyncio.CancelledError:
         await pool.close(timeout=2)
         raise
+
+
+class GroupCommit:
+    """Single-run enqueues of one event loop, without a connection of their own, written
+    together (client-side group commit). A flusher takes every run waiting, inserts them
+    with one statement and one commit, and hands each caller its handle. Up to
+    `pool_size` flushers run at once: a lone call is written at once (one task switch
+    later), and calls that arrive while flushers are busy share the next commit. A task
+    that enqueues its follow-up (a chain, a fan-out) then pays a share of one commit
+    instead of a whole one.
+
+    Each caller's run is committed when its await returns, as before. One run that the
+    server rejects (a DataError, an IntegrityError...) fails its own call only: the batch
+    is written again one run at a time. A lost connection fails the whole batch."""
+
+    def __init__(self, app: AsyncApp, loop: asyncio.AbstractEventLoop) -> None:
+        self.app = app
+        self.loop = loop
+        self.waiting: list[tuple[RunRow, asyncio.Future[RunHandle]]] = []
+        self.flushers: set[asyncio.Task[None]] = set()
+
+    async def insert(self, row: RunRow) -> RunHandle:
+        future: asyncio.Future[RunHandle] = self.loop.create_future()
+        self.waiting.append((row, future))
+        if len(self.flushers) < self.app._app().pool_size:
+            task = self.loop.create_task(self._flush())
+            self.flushers.add(task)
+            task.add_done_callback(self.flushers.discard)
+        return await future
+
+    async def _flush(self) -> None:
+        while self.waiting:
+            batch, self.waiting = self.waiting, []
+            try:
+                await self._write(batch)
+            except BaseException as exc:  # cancelled with the loop: so are the callers
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                raise
+
+    async def _write(self, batch: list[tuple[RunRow, asyncio.Future[RunHandle]]]) -> None:
+        try:
+            handles = await self.app._insert_now([row for row, _ in batch], None)
+        except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            for row, future in batch:  # whose run was it? each alone
+                try:
+                    handle = (await self.app._insert_now([row], None))[0]
+                except Exception as one:
+                    _settle(future, one)
+                else:
+                    _settle(future, handle)
+            return
+        except Exception as exc:
+            for _, future in batch:
+                _settle(future, exc)
+            return
+        for (_, future), handle in zip(batch, handles, strict=True):
+            _settle(future, handle)
+
+
+def _settle(future: asyncio.Future[RunHandle], value: RunHandle | Exception) -> None:
+    if future.done():  # the caller was cancelled; its run is written all the same
+        return
+    if isinstance(value, Exception):
+        future.set_exception(value)
+    else:
+        future.set_result(value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import psycopg
@@ -86,3 +87,59 @@ def test_async_errors_say_what_to_do(app: pgqueue.App, double: Any, dsn: str) ->
             await broken.get_run_async(1)
 
     asyncio.run(main())
+
+
+def test_concurrent_enqueue_async_calls_share_one_commit(dsn: str) -> None:
+    """Single-run enqueue_async calls in flight together are written by one statement (one
+    transaction: one created_at), and each caller gets its own run back."""
+    app = pgqueue.App(dsn, pool_size=1)
+
+    @app.task(name="echo")
+    async def echo(x: int) -> int:
+        return x
+
+    async def main() -> list[pgqueue.RunHandle]:
+        try:
+            return list(await asyncio.gather(*(echo.enqueue_async(i) for i in range(40))))
+        finally:
+            await app.aclose()
+
+    try:
+        handles = asyncio.run(main())
+        runs = [app.get_run(h.id) for h in handles]
+    finally:
+        app.close()
+    assert [r.args for r in runs] == [[i] for i in range(40)]
+    assert [h.id for h in handles] == sorted(h.id for h in handles)
+    assert len({r.created_at for r in runs}) <= 2  # 40 without group commit
+
+
+def test_a_rejected_run_fails_only_its_own_enqueue(dsn: str) -> None:
+    """The server refuses one run of a shared statement: its caller gets the error, the
+    other callers' runs are written."""
+    app = pgqueue.App(dsn, pool_size=1)
+
+    @app.task(name="echo")
+    async def echo(x: int) -> int:
+        return x
+
+    bad = dataclasses.replace(
+        echo.make_row((0,), {}, pgqueue.tasks.EnqueueOptions()), max_attempts=0
+    )
+
+    async def main() -> list[Any]:
+        try:
+            calls = [echo.enqueue_async(i) for i in range(1, 6)]
+            calls.insert(2, app.insert_runs_async([bad]))
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+        finally:
+            await app.aclose()
+
+    try:
+        results = asyncio.run(main())
+        assert isinstance(results[2], psycopg.errors.CheckViolation)
+        good = [r for i, r in enumerate(results) if i != 2]
+        assert [app.get_run(h.id).args for h in good] == [[i] for i in range(1, 6)]
+        assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE task = 'echo'") == 5
+    finally:
+        app.close()
