@@ -3,8 +3,8 @@ core against a variant written here (the core is not modified), interleaved in t
 database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
-    python -m bench.experiments claim-any drain-pipeline server-cpu enqueue-jsonb startup \
-        python-costs
+    python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
+        enqueue-jsonb startup python-costs
 """
 
 from __future__ import annotations
@@ -121,6 +121,42 @@ def claim_any(scratch: Scratch, background: int = 500_000, claims: int = 3000) -
                 f"  {name:20s} p50 {values.p(50):.3f} ms  p90 {values.p(90):.3f} ms  mean "
                 f"{1000 * statistics.mean(values.values):.3f} ms  (generic, custom) plans "
                 f"({plans[0] if plans else '?'}, {plans[1] if plans else '?'})"
+            )
+    finally:
+        for conn in conns.values():
+            conn.close()
+        scratch.drop()
+
+
+# -- claim: asynchronous commit or not ---------------------------------------------------------
+
+ASYNC_COMMIT = "\n   AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
+
+def claim_commit(scratch: Scratch, claims: int = 2000, limit: int = 1) -> None:
+    """claim.sql (commits asynchronously) vs the same statement without its
+    set_config('synchronous_commit', 'off', true): the claim's round trip, which is what a
+    pickup waits for, interleaved on two connections (each claimed run is completed)."""
+    print(f"== claim-commit: {claims:,} claims of {limit}, each side")
+    scratch.fresh()
+    sides = {"claim.sql (async commit)": _sql.query("claim")}
+    sides["synchronous commit"] = sides["claim.sql (async commit)"].replace(ASYNC_COMMIT, "")
+    assert sides["synchronous commit"] != sides["claim.sql (async commit)"]
+    conns = {name: scratch.connect() for name in sides}
+    try:
+        a = next(iter(conns.values()))
+        bulk_load(a, claims * limit * len(sides) + 1000)
+        vacuum_analyze(a)
+        params = {"queue": "bench", "limit": limit, "worker_id": uuid.uuid4(), "lease_seconds": 30}
+        lat = {name: Latencies() for name in sides}
+        for i in range(claims):
+            for name in sides if i % 2 else reversed(sides):
+                _claim_cycle(conns[name], sides[name], params, lat[name])
+        for name in sides:
+            values = Latencies(lat[name].values[50:])
+            print(
+                f"  {name:26s} p50 {values.p(50):.3f} ms  p95 {values.p(95):.3f} ms"
+                f"  p99 {values.p(99):.3f} ms"
             )
     finally:
         for conn in conns.values():
@@ -456,6 +492,7 @@ def python_costs() -> None:
 
 EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "claim-any": claim_any,
+    "claim-commit": claim_commit,
     "drain-pipeline": drain_pipeline,
     "server-cpu": server_cpu,
     "enqueue-jsonb": enqueue_jsonb,
