@@ -7,7 +7,8 @@
 -- any step, child run or enqueue it writes), which does wait, makes the claim durable
 -- too. A server crash can lose only a claim whose attempt wrote nothing yet: the run is
 -- `queued` again and runs again (at-least-once, as after an expired lease), and the lost
--- attempt's late outcome is fenced out by its lease token.
+-- attempt's late outcome is fenced out by its lease token. (claim_limited.sql does not do
+-- this: see there.)
 WITH picked AS (
     SELECT id
     FROM pgqueue.runs

@@ -404,8 +404,9 @@ def test_completion_document_round_trip(app: pgqueue.App, conn: psycopg.Connecti
 def test_claims_commit_asynchronously_outcomes_do_not(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:
-    """A claim does not wait for its WAL flush (the outcome's commit, which does, flushes it
-    too); the setting is local to the claim's transaction, and outcomes stay synchronous."""
+    """A claim of a queue without limits does not wait for its WAL flush (the outcome's
+    commit, which does, flushes it too); the setting is local to the claim's transaction.
+    Limited claims and outcomes stay synchronous (see sql/claim_limited.sql why)."""
     conn.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('tight', 2)")
 
     @app.task
@@ -419,12 +420,12 @@ def test_claims_commit_asynchronously_outcomes_do_not(
     setting = "SELECT current_setting('synchronous_commit')"
     claim = {"limit": 1, "worker_id": WORKER, "lease_seconds": 30, "finishing": []}
     tokens = {}
-    for query, queue in [("claim", "default"), ("claim_limited", "tight")]:
+    for query, queue, inside in [("claim", "default", "off"), ("claim_limited", "tight", "on")]:
         with conn.transaction():
             rows = conn.execute(_sql.query(query), {**claim, "queue": queue}).fetchall()
             assert len(rows) == 1, query
             tokens[queue] = rows[0][8]
-            assert conn.execute(setting).fetchone() == ("off",), query
+            assert conn.execute(setting).fetchone() == (inside,), query
         assert conn.execute(setting).fetchone() == ("on",), query
     with conn.transaction():
         outcome = Outcome(h.id, tokens["default"], "succeeded")
