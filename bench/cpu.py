@@ -92,7 +92,7 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
                     time.sleep(0.005)
                 pids = [p.pid for p in procs]
                 wal0 = conn.execute(WAL).fetchone()
-                t0, w0, pg0, m0 = time.monotonic(), cpu_seconds(pids), 0.0, machine_busy()
+                t0, w0, m0 = time.monotonic(), cpu_seconds(pids), machine_busy()
                 pg0 = cpu_seconds(postgres_pids())
                 while left():
                     if time.monotonic() > deadline:

@@ -207,14 +207,9 @@ class GroupCommit:
         except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exc)
-                return
-            for row, future in batch:  # whose run was it? each alone
-                try:
-                    handle = (await self.app._insert_now([row], None))[0]
-                except Exception as one:
-                    _settle(future, one)
-                else:
-                    _settle(future, handle)
+            else:
+                for one in batch:  # whose run was it? each alone
+                    await self._write([one])
             return
         except Exception as exc:
             for _, future in batch:
