@@ -113,7 +113,6 @@ class Worker:
         self._executing: set[asyncio.Task[None]] = set()
         # Lease tokens of runs whose code has returned and whose outcome is being
         # written: a limited claim does not count them as holding permits.
-        self._finishing: set[uuid.UUID] = set()
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -346,7 +345,9 @@ class Worker:
             "limit": limit,
             "worker_id": self.id,
             "lease_seconds": self.lease_seconds,
-            "finishing": list(self._finishing),
+            # Runs whose outcome is still being written keep their permits until it
+            # commits: the limit holds for valid leases as the database shows them.
+            "finishing": [],
         }
         async with self.pool.connection() as conn:
             rows = await semaphores.claim(conn, queue, params, queue in self.limited)
@@ -371,13 +372,10 @@ class Worker:
                 inv = held.invocation
                 if inv is None or inv.done():
                     # The slot is free while the outcome is written: the next claim
-                    # overlaps this completion instead of waiting for it.
-                    self._finishing.add(held.lease_token)
+                    # overlaps this completion instead of waiting for it (a limited
+                    # queue's permit comes back only when the outcome commits).
                     self._free(held)
-                try:
-                    written = await self.completer.submit(outcome)
-                finally:
-                    self._finishing.discard(held.lease_token)
+                written = await self.completer.submit(outcome)
                 self.stats[outcome.state if written else "fenced"] += 1
                 self.transitions.finished(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:
