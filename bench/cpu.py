@@ -4,9 +4,9 @@
     python -m bench.cpu --libs pgqueue,pgqueuer    # the same for a peer (bench extra)
 
 Per library, repeat and worker count: a fresh scratch database (bench.compare's), --runs
-no-op jobs bulk-enqueued, then that many worker processes started the library's way
-(bench.compare.Lib.workers) drain them. Between the first job leaving the queue and the
-last finishing it reads:
+no-op jobs bulk-enqueued, the tables vacuumed and analyzed, then that many worker
+processes started the library's way (bench.compare.Lib.workers) drain them. Between the
+first job leaving the queue and the last finishing it reads:
 
 - CPU seconds of the worker processes and of every `postgres` process on the machine
   (/proc/<pid>/stat, user + system), per run;
@@ -76,6 +76,9 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
     try:
         lib.bulk(runs // 1000 - 2, 1000)  # bulk() adds 2 warm-up batches
         with psycopg.connect(lib.dsn, autocommit=True) as conn:
+            # Autovacuum is off on our server: statistics as bench.compare's drains have
+            # them (a peer's claim plans badly on a table it has never analyzed).
+            lib.vacuum(conn)
             unfinished = lib.unfinished_sql()
 
             def left() -> int:
