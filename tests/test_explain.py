@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from pgqueue import _sql
+from pgqueue.worker import _configure_connection
 from pgqueue.worker._completer import Outcome, complete_params
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -119,3 +121,27 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
         assert arbiter == (name != "enqueue_runs"), name  # ON CONFLICT only where keys are
     holders = plan(conn, "runs_by_idempotency_key", {"keys": ["key-1", "key-2"]})
     assert_uses(holders, "runs_idempotency_key_idx")
+
+
+def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
+    """The worker's connections use the generic plans checked above: the claim is not
+    re-planned per call (left to choose, the server picks a custom plan every time)."""
+    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+
+    async def plans(configure: bool) -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            if configure:
+                await _configure_connection(aconn)
+            for _ in range(8):
+                await aconn.execute(_sql.query("claim"), claim, prepare=True)
+            cur = await aconn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%Claim up to%%'"
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+    assert asyncio.run(plans(configure=True)) == (8, 0)
+    _, custom = asyncio.run(plans(configure=False))
+    assert custom > 0  # the check can fail: without the setting the claim is re-planned

@@ -495,3 +495,9 @@ def _loads_json(data: str | bytes) -> Any:
 
 async def _configure_connection(conn: AsyncConnection[Any]) -> None:
     set_json_loads(_loads_json, conn)
+    # The worker's statements are prepared (psycopg prepares a statement on its fifth
+    # run) and written for generic plans: tests/test_explain.py checks each under this
+    # setting. Left to choose, the server re-plans the claim on every call (a LIMIT
+    # parameter makes the generic plan look 100x dearer than a custom one): about a
+    # tenth of the server's time per run, measured in bench/RESULTS.md.
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
