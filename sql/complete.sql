@@ -20,9 +20,9 @@ WITH outcome AS (
 resolved AS (
     SELECT o.*,
            CASE WHEN o.state = 'waiting' AND (
-                    EXISTS (SELECT 1 FROM pgqueue.runs c
-                             WHERE c.id = o.wait_run_id
-                               AND c.state IN ('succeeded', 'failed', 'canceled'))
+                    -- by id alone: the primary key, whatever the statistics say
+                    (SELECT c.state FROM pgqueue.runs c WHERE c.id = o.wait_run_id)
+                        IN ('succeeded', 'failed', 'canceled')
                  OR EXISTS (SELECT 1 FROM pgqueue.events e
                              WHERE e.event = o.wait_event AND e.key = o.wait_key
                                AND e.deliver_at >= o.wait_since AND e.deliver_at <= now()))
