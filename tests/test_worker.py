@@ -432,3 +432,47 @@ def test_claims_commit_asynchronously_outcomes_do_not(
         written = conn.execute(_sql.query("complete"), complete_params([outcome], WORKER))
         assert [r[0] for r in written.fetchall()] == [h.id]
         assert conn.execute(setting).fetchone() == ("on",)
+
+
+def test_two_claims_in_flight_stay_within_the_concurrency(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A running worker keeps a second claim on its way while the first one's runs start;
+    the runs it holds plus the slots its claims asked for never exceed its concurrency."""
+    running = peak_running = 0
+
+    @app.task
+    async def hold(n: int) -> None:
+        nonlocal running, peak_running
+        running += 1
+        peak_running = max(peak_running, running)
+        await asyncio.sleep(0.002)
+        running -= 1
+
+    hold.enqueue_many([(i,) for i in range(1000)])
+    in_process = InProcessWorker(app, concurrency=100)
+    worker = in_process.worker
+    taken: list[int] = []  # slots held or asked for, as each claim starts
+    asked: list[int] = []  # slots asked for by the claims on their way, then
+    claim = worker._claim
+
+    async def spy(queue: str, limit: int) -> int:
+        taken.append(len(worker.held) + worker._reserved)
+        asked.append(worker._reserved)
+        return await claim(queue, limit)
+
+    worker._claim = spy  # type: ignore[method-assign]
+    with in_process:
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM pgqueue.runs WHERE state = 'succeeded'"
+                ).fetchone()[0]  # type: ignore[index]
+                == 1000
+            ),
+            message="1,000 runs to succeed",
+        )
+    assert max(taken) <= 100
+    assert peak_running <= 100
+    # two claims were on their way at once (their asks add up past one batch)
+    assert max(asked) > worker.claim_batch, asked[:20]

@@ -52,6 +52,7 @@ log = logging.getLogger("pgqueue.worker")
 
 WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
 CLAIM_BATCH_MIN = 50  # a claim is split (see Worker.claim_batch) only above this size
+CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
 
 
 class Worker:
@@ -109,10 +110,9 @@ class Worker:
         # an abandoned thread of its previous attempt still runs has two entries).
         self.held: dict[uuid.UUID, Held] = {}
         self.limited: set[str] = set()  # served queues with cluster-wide limits
+        self._reserved = 0  # slots asked for by the claims in flight
         # every attempt's coroutine until its outcome is written (outlives its slot)
         self._executing: set[asyncio.Task[None]] = set()
-        # Lease tokens of runs whose code has returned and whose outcome is being
-        # written: a limited claim does not count them as holding permits.
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -280,53 +280,92 @@ class Worker:
         failures = 0
         start = 0
         settled = False
-        while not self._stop.is_set():
-            self._wake.clear()
-            claimed = 0
-            more = False  # a claim got all it asked for: its queue may hold more
-            try:
-                free = self.concurrency - len(self.held)
-                n = len(self.queues)
-                for i in range(n):
-                    if free <= 0:
-                        break
-                    queue = self.queues[(start + i) % n]
-                    asked = min(free, self.claim_batch)
-                    got = await self._claim(queue, asked)
-                    claimed += got
-                    more = more or got == asked
-                    free = self.concurrency - len(self.held)
-                start = (start + 1) % n
+        full = True  # the last claim got all it asked for: its queue may hold more
+        # Claims in flight. A second one starts while the first is on its way only for a
+        # whole batch of free slots (not one claim per freed slot), and only while the
+        # queues have more: the server works on one claim while this process starts the
+        # runs of the other. In burst mode, one at a time (see the end condition below).
+        depth = 1 if burst else CLAIMS_IN_FLIGHT
+        flying: set[asyncio.Task[tuple[int, bool]]] = set()
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                free = self.concurrency - len(self.held) - self._reserved
+                if free > 0 and (
+                    not flying or (len(flying) < depth and full and free >= self.claim_batch)
+                ):
+                    flying.add(asyncio.create_task(self._claim_round(start)))
+                    start = (start + 1) % len(self.queues)
+                    continue
+                if not flying:  # every slot is taken
+                    await self._sleep(self.poll_interval, wake=True)
+                    continue
+                done, flying = await asyncio.wait(flying, return_when=asyncio.FIRST_COMPLETED)
+                claimed, full, error = 0, False, None
+                for claim in done:
+                    try:
+                        got, more = claim.result()
+                    except Exception as exc:
+                        error = exc
+                    else:
+                        claimed += got
+                        full = full or more
+                if error is not None:
+                    failures += 1
+                    full = True
+                    if isinstance(error, DB_ERRORS):
+                        delay = outage_delay("claim", error, failures)
+                    else:
+                        # A bug or an unexpected database error must not kill the worker
+                        # and its running tasks: log it and try again later.
+                        delay = min(30.0, 0.5 * 2**failures)
+                        log.error("claim failed; retrying in %.1fs", delay, exc_info=error)
+                    await self._sleep(delay)
+                    continue
                 failures = 0
-            except DB_ERRORS as exc:
-                failures += 1
-                await self._sleep(outage_delay("claim", exc, failures))
-                continue
-            except Exception:
-                # A bug or an unexpected database error must not kill the worker and
-                # its running tasks: log it and try again later.
-                failures += 1
-                delay = min(30.0, 0.5 * 2**failures)
-                log.exception("claim failed; retrying in %.1fs", delay)
-                await self._sleep(delay)
-                continue
-            # Burst ends only when nothing is held and no outcome is still being written
-            # (a limited queue refuses claims for permits about to come back), and after
-            # one more empty claim that started once all of that was settled: an earlier
-            # claim's snapshot may predate our last completion.
-            if burst and not claimed and not self.held and not self._executing:
-                try:
-                    staged, _ = await self.stager.stage()
-                except DB_ERRORS:
-                    staged = 1
-                if not staged and settled:
-                    return
-                settled = not staged
-                continue
-            settled = False
-            if more and len(self.held) < self.concurrency:
-                continue  # the queue may hold more
-            await self._sleep(self.poll_interval, wake=True)
+                if flying:
+                    continue  # decide when the other claim lands
+                # Burst ends only when nothing is held and no outcome is still being
+                # written (a limited queue refuses claims for permits about to come back),
+                # and after one more empty claim that started once all of that was
+                # settled: an earlier claim's snapshot may predate our last completion.
+                if burst and not claimed and not self.held and not self._executing:
+                    try:
+                        staged, _ = await self.stager.stage()
+                    except DB_ERRORS:
+                        staged = 1
+                    if not staged and settled:
+                        return
+                    settled = not staged
+                    full = True
+                    continue
+                settled = False
+                if full and len(self.held) < self.concurrency:
+                    continue  # the queue may hold more
+                full = True
+                await self._sleep(self.poll_interval, wake=True)
+        finally:
+            if flying:  # their runs are held now: _drain() sees them
+                await asyncio.wait(flying)
+
+    async def _claim_round(self, start: int) -> tuple[int, bool]:
+        """Claim into the free slots, queue after queue from `start`: (runs claimed, some
+        claim got all it asked for)."""
+        claimed, more = 0, False
+        n = len(self.queues)
+        for i in range(n):
+            free = self.concurrency - len(self.held) - self._reserved
+            if free <= 0:
+                break
+            asked = min(free, self.claim_batch)
+            self._reserved += asked
+            try:
+                got = await self._claim(self.queues[(start + i) % n], asked)
+            finally:
+                self._reserved -= asked
+            claimed += got
+            more = more or got == asked
+        return claimed, more
 
     async def _sleep(self, seconds: float, wake: bool = False) -> None:
         assert self._wake is not None and self._stop is not None
