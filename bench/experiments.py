@@ -4,7 +4,7 @@ database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
-        enqueue-jsonb startup python-costs
+        completion-running enqueue-jsonb startup python-costs
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from bench.common import (
     worker_command,
 )
 from pgqueue import _sql, tasks
+from pgqueue.worker._completer import Outcome, complete_params
 
 # -- claim: join the picked CTE, or = ANY(ARRAY(...)) ------------------------------------------
 
@@ -490,11 +491,65 @@ def python_costs() -> None:
     print(f"  {'asyncio.create_task + run (per task)':45s} {1e6 * best:7.2f}")
 
 
+# -- completion: by primary key, or hashing every running run ---------------------------------
+
+COMPLETE_BY_KEY = "       AND r.id = ANY(ARRAY(SELECT id FROM outcome))\n"
+COMPLETE_STATE = "       AND r.state = 'running'\n"
+
+
+def completion_running(
+    scratch: Scratch, others: Sequence[int] = (0, 3000), cycles: int = 150, rounds: int = 5
+) -> None:
+    """complete.sql (finds its runs by primary key) vs its earlier shape (`state =
+    'running'` instead of the primary key test, which lets the plan hash every running run
+    from runs_lease_idx): server CPU per run of claim + complete cycles of 50 runs on one
+    connection with generic plans, while `others` runs of another worker are running."""
+    current = _sql.query("complete")
+    if COMPLETE_BY_KEY not in current:
+        raise RuntimeError("complete.sql changed shape: update bench/experiments.py")
+    sides = {
+        "complete.sql": current,
+        "state = 'running'": current.replace(COMPLETE_BY_KEY, COMPLETE_STATE),
+    }
+    print(f"== completion-running: claim + complete of 50, {cycles} cycles x {rounds} rounds")
+    for other in others:
+        scratch.fresh()
+        with scratch.connect() as conn:
+            bulk_load(conn, other + 2 * rounds * cycles * 50 + 1000)
+            vacuum_analyze(conn)
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            params = {"queue": "bench", "limit": 50, "worker_id": uuid.uuid4(), "lease_seconds": 30}
+            if other:
+                busy = params | {"limit": other, "worker_id": uuid.uuid4(), "lease_seconds": 3600}
+                conn.execute(_sql.query("claim"), busy)
+            spent: dict[str, list[float]] = {name: [] for name in sides}
+            for _ in range(rounds):
+                for name, query in sides.items():
+                    cpu0, n = backend_cpu(conn), 0
+                    for _ in range(cycles):
+                        rows = conn.execute(_sql.query("claim"), params, prepare=True).fetchall()
+                        outcomes = [Outcome(r[0], r[8], "succeeded", result="null") for r in rows]
+                        conn.execute(
+                            query, complete_params(outcomes, params["worker_id"]), prepare=True
+                        )
+                        n += len(rows)
+                    spent[name].append(1e6 * (backend_cpu(conn) - cpu0) / n)
+        for name, values in spent.items():
+            print(
+                f"  {other:5,} others running, {name:18s}: server CPU "
+                f"{statistics.median(values):5.1f} us/run (rounds: "
+                + ", ".join(f"{v:.1f}" for v in values)
+                + ")"
+            )
+    scratch.drop()
+
+
 EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "claim-any": claim_any,
     "claim-commit": claim_commit,
     "drain-pipeline": drain_pipeline,
     "server-cpu": server_cpu,
+    "completion-running": completion_running,
     "enqueue-jsonb": enqueue_jsonb,
     "enqueue-server": enqueue_server,
     "startup": startup,

@@ -51,8 +51,12 @@ written AS (
            lease_expires_at = NULL
       FROM resolved o
      WHERE r.id = o.id
+       -- By primary key, and no `state = 'running'` test (a matching lease token
+       -- implies it: runs_lease_check): with one, the plan hashes every running run
+       -- of the cluster from runs_lease_idx on each completion, and a completion's
+       -- cost grows with the number of runs running (1.5x at 3,000: bench/RESULTS.md).
+       AND r.id = ANY(ARRAY(SELECT id FROM outcome))
        AND r.lease_token = o.lease_token
-       AND r.state = 'running'
        AND r.lease_expires_at > now()
     RETURNING r.id, r.queue, r.state, r.notify_done, r.parent_id, o.error, o.error_kind,
               o.traceback, r.attempt + o.refund::integer AS attempt

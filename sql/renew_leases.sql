@@ -8,7 +8,8 @@ UPDATE pgqueue.runs r
    SET lease_expires_at = now() + %(lease_seconds)s * interval '1 second'
   FROM unnest(%(id)s::bigint[], %(lease_token)s::uuid[]) AS held (id, lease_token)
  WHERE r.id = held.id
+   -- by primary key; a matching lease token implies `running` (see complete.sql)
+   AND r.id = ANY(%(id)s::bigint[])
    AND r.lease_token = held.lease_token
-   AND r.state = 'running'
    AND r.lease_expires_at > now()
 RETURNING r.id
