@@ -476,3 +476,21 @@ def test_two_claims_in_flight_stay_within_the_concurrency(
     assert peak_running <= 100
     # two claims were on their way at once (their asks add up past one batch)
     assert max(asked) > worker.claim_batch, asked[:20]
+
+
+def test_burst_returns_once_every_outcome_is_written(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Runs without hooks end their asyncio task when their outcome is handed in; the
+    completer settles them later. A burst still ends only when all are written."""
+
+    @app.task
+    async def quick(n: int) -> int:
+        return n
+
+    quick.enqueue_many([(i,) for i in range(300)])
+    worker = burst(app, concurrency=50)
+    assert worker.stats["succeeded"] == 300
+    assert worker.completer.unwritten == 0
+    states = dict(conn.execute("SELECT state, count(*) FROM pgqueue.runs GROUP BY 1").fetchall())
+    assert states == {"succeeded": 300}

@@ -14,6 +14,7 @@ pruner       - deletes finished runs and events past their retention
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -111,7 +112,8 @@ class Worker:
         self.held: dict[uuid.UUID, Held] = {}
         self.limited: set[str] = set()  # served queues with cluster-wide limits
         self._reserved = 0  # slots asked for by the claims in flight
-        # every attempt's coroutine until its outcome is written (outlives its slot)
+        # Every attempt's coroutine until its outcome is handed to the completer, or
+        # written if something follows the write (a hook, a thread still running).
         self._executing: set[asyncio.Task[None]] = set()
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
@@ -329,7 +331,13 @@ class Worker:
                 # written (a limited queue refuses claims for permits about to come back),
                 # and after one more empty claim that started once all of that was
                 # settled: an earlier claim's snapshot may predate our last completion.
-                if burst and not claimed and not self.held and not self._executing:
+                if (
+                    burst
+                    and not claimed
+                    and not self.held
+                    and not self._executing
+                    and not self.completer.unwritten
+                ):
                     try:
                         staged, _ = await self.stager.stage()
                     except DB_ERRORS:
@@ -414,9 +422,13 @@ class Worker:
                     # overlaps this completion instead of waiting for it (a limited
                     # queue's permit comes back only when the outcome commits).
                     self._free(held)
+                    if not self._hooked(held, outcome):
+                        # Nothing left to do here once it is written: the completer
+                        # settles it, and this task ends now (no second step per run).
+                        self.completer.post(outcome, functools.partial(self._written, held))
+                        return
                 written = await self.completer.submit(outcome)
-                self.stats[outcome.state if written else "fenced"] += 1
-                self.transitions.finished(held, outcome, written)
+                self._written(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:
                     await _executor.run_hook(self, held, outcome)
             inv = held.invocation
@@ -431,6 +443,18 @@ class Worker:
         finally:
             self._free(held)
             self._executing.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    def _hooked(self, held: Held, outcome: Outcome) -> bool:
+        """A hook of the run's task may follow this outcome's write."""
+        if outcome.state not in TERMINAL_STATES:
+            return False
+        task = self.app.tasks.get(held.row["task"])
+        return task is not None and (task.on_success is not None or task.on_failure is not None)
+
+    def _written(self, held: Held, outcome: Outcome, written: bool) -> None:
+        """The attempt's outcome was written (or fenced out: the lease was lost)."""
+        self.stats[outcome.state if written else "fenced"] += 1
+        self.transitions.finished(held, outcome, written)
 
     def _free(self, held: Held) -> None:
         if self.held.pop(held.lease_token, None) is not None:
@@ -479,6 +503,10 @@ class Worker:
         writing = [t for t in self._executing if t not in abandoned]
         if writing:
             await asyncio.wait(writing, timeout=5)
+        try:  # outcomes whose attempt's task ended at hand-in (Completer.post)
+            await asyncio.wait_for(self.completer.settled(), 5)
+        except TimeoutError:
+            log.warning("%d outcomes not written at exit", self.completer.unwritten)
 
     # -- signals ----------------------------------------------------------------------
 

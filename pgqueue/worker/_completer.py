@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -42,18 +42,39 @@ class Outcome:
     wait_run_id: int | None = None
 
 
+# Told, once an outcome is written (True) or fenced out (False): a future someone awaits,
+# or a callback (no future, no task to wake: the hot path of a run nobody waits for).
+Settle = asyncio.Future[bool] | Callable[[Outcome, bool], None]
+
+
 class Completer:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self._pending: list[tuple[Outcome, asyncio.Future[bool]]] = []
+        self._pending: list[tuple[Outcome, Settle]] = []
         self._ready = asyncio.Event()
+        self.unwritten = 0  # outcomes handed in and not settled yet
+        self._settled = asyncio.Event()  # set whenever unwritten is 0
+        self._settled.set()
 
     async def submit(self, outcome: Outcome) -> bool:
         """Queue the outcome for the next batch; True once written, False if fenced out."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((outcome, future))
-        self._ready.set()
+        self._add(outcome, future)
         return await future
+
+    def post(self, outcome: Outcome, then: Callable[[Outcome, bool], None]) -> None:
+        """Queue the outcome for the next batch; `then(outcome, written)` once settled."""
+        self._add(outcome, then)
+
+    def _add(self, outcome: Outcome, settle: Settle) -> None:
+        self._pending.append((outcome, settle))
+        self.unwritten += 1
+        self._settled.clear()
+        self._ready.set()
+
+    async def settled(self) -> None:
+        """Return once every outcome handed in so far is written or fenced out."""
+        await self._settled.wait()
 
     async def run(self) -> None:
         while True:
@@ -66,9 +87,19 @@ class Completer:
             # Runs that left `running` gave their permits back: a claim of a limited
             # queue that found no room a moment ago may find some now.
             self.worker.wake()
-            for outcome, future in batch:
-                if not future.done():
-                    future.set_result(outcome.id in written)
+            for outcome, settle in batch:
+                done = outcome.id in written
+                if isinstance(settle, asyncio.Future):
+                    if not settle.done():
+                        settle.set_result(done)
+                else:
+                    try:
+                        settle(outcome, done)
+                    except Exception:
+                        log.exception("run %s: internal error after its write", outcome.id)
+            self.unwritten -= len(batch)
+            if not self.unwritten:
+                self._settled.set()
 
     async def _write_with_retry(self, outcomes: list[Outcome]) -> set[int]:
         failures = 0

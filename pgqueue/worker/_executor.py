@@ -139,6 +139,8 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
         return failure(held, "error", exc, retry=task.retry)
     if held.lost or held.released:
         return None
+    if result is None:  # the common case: nothing to encode or to measure
+        return Outcome(held.id, held.lease_token, "succeeded", result="null")
     try:
         text = _json.dumps(
             result, what=f"the result of task {task.name!r}", limit=worker.app.max_payload_bytes

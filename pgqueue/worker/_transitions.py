@@ -34,7 +34,13 @@ class Transitions:
         self.metrics = metrics
         self._started: dict[UUID, float] = {}
 
+    def _quiet(self) -> bool:
+        """Nobody reads transitions: no metrics, and INFO logs off (the default)."""
+        return self.metrics is None and not log.isEnabledFor(logging.INFO)
+
     def started(self, held: Held) -> None:
+        if self._quiet():
+            return  # the hot path of a worker that neither logs runs nor serves metrics
         row = held.row
         self._started[held.lease_token] = time.monotonic()
         pickup = max(0.0, float(row.get("pickup_seconds") or 0.0))
@@ -64,6 +70,10 @@ class Transitions:
     def finished(self, held: Held, outcome: Outcome | None, written: bool) -> None:
         """After the attempt's outcome was written (or fenced out); outcome None: the
         worker wrote nothing (lease lost, run canceled, or released at shutdown)."""
+        if self._quiet():
+            if self._started:  # logging was on when it started
+                self._started.pop(held.lease_token, None)
+            return
         row = held.row
         began = self._started.pop(held.lease_token, None)
         seconds = time.monotonic() - began if began is not None else 0.0
