@@ -479,10 +479,20 @@ def test_two_claims_in_flight_stay_within_the_concurrency(
 
 
 def test_burst_returns_once_every_outcome_is_written(
-    app: pgqueue.App, conn: psycopg.Connection[Any]
+    app: pgqueue.App, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs without hooks end their asyncio task when their outcome is handed in; the
-    completer settles them later. A burst still ends only when all are written."""
+    completer settles them later. A burst still ends only when all are written, however
+    slow the writes."""
+    from pgqueue.worker._completer import Completer
+
+    write = Completer._write
+
+    async def slow_write(self: Completer, outcomes: list[Outcome]) -> set[int]:
+        await asyncio.sleep(0.1)
+        return await write(self, outcomes)
+
+    monkeypatch.setattr(Completer, "_write", slow_write)
 
     @app.task
     async def quick(n: int) -> int:
