@@ -4,7 +4,7 @@ database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
-        completion-running enqueue-jsonb startup python-costs
+        completion-running enqueue-jsonb group-index startup python-costs
 """
 
 from __future__ import annotations
@@ -417,6 +417,46 @@ def enqueue_server(scratch: Scratch, rounds: int = 15, batch: int = 1000) -> Non
     scratch.drop()
 
 
+# -- bulk enqueue: what the group-claim index costs -------------------------------------------
+
+
+def group_index(scratch: Scratch, rounds: int = 3, samples: int = 6, batch: int = 1000) -> None:
+    """enqueue_many of `batch` runs as the schema has it vs without runs_group_claim_idx
+    (which only limited queues read): jobs/s, median of `samples` x 10 batches per side and
+    round, the sides alternating, each on a fresh scratch database."""
+    print(f"== group-index: enqueue_many of {batch:,}, {rounds} rounds")
+    items = [(i,) for i in range(batch)]
+    sides = {
+        "as migrated": [],
+        "without runs_group_claim_idx": ["DROP INDEX pgqueue.runs_group_claim_idx"],
+    }
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, setup in sides.items():
+            scratch.fresh()
+            with scratch.connect() as conn:
+                for statement in setup:
+                    conn.execute(statement)  # type: ignore[call-overload]
+            apps.app.configure(dsn=scratch.dsn)
+            for _ in range(3):
+                apps.noop.enqueue_many(items)
+            got = []
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                for _ in range(10):
+                    apps.noop.enqueue_many(items)
+                got.append(10 * batch / (time.perf_counter() - t0))
+            apps.app.close()
+            rates[name].append(statistics.median(got))
+    for name, values in rates.items():
+        print(
+            f"  {name:30s} {statistics.median(values):9,.0f} jobs/s (rounds: "
+            + ", ".join(f"{v:,.0f}" for v in values)
+            + ")"
+        )
+    scratch.drop()
+
+
 # -- start-up --------------------------------------------------------------------------------
 
 
@@ -552,6 +592,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "completion-running": completion_running,
     "enqueue-jsonb": enqueue_jsonb,
     "enqueue-server": enqueue_server,
+    "group-index": group_index,
     "startup": startup,
     "python-costs": lambda _scratch: python_costs(),
 }
