@@ -132,13 +132,13 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
 
 def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
     """The worker's connections use the generic plans checked above: the claim is not
-    re-planned per call (left to choose, the server picks a custom plan every time)."""
+    re-planned per call (left to choose, the server picks a custom plan every time).
+    Not with notifications off (transaction-mode poolers): no session setting then."""
     claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
 
-    async def plans(configure: bool) -> tuple[int, int]:
+    async def plans(generic_plans: bool) -> tuple[int, int]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-            if configure:
-                await _configure_connection(aconn)
+            await _configure_connection(aconn, generic_plans=generic_plans)
             for _ in range(8):
                 await aconn.execute(_sql.query("claim"), claim, prepare=True)
             cur = await aconn.execute(
@@ -149,6 +149,6 @@ def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
             assert row is not None
             return int(row[0]), int(row[1])
 
-    assert asyncio.run(plans(configure=True)) == (8, 0)
-    _, custom = asyncio.run(plans(configure=False))
+    assert asyncio.run(plans(generic_plans=True)) == (8, 0)
+    _, custom = asyncio.run(plans(generic_plans=False))
     assert custom > 0  # the check can fail: without the setting the claim is re-planned

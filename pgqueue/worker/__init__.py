@@ -188,7 +188,7 @@ class Worker:
             reconnect_timeout=db.RECONNECT_TIMEOUT,
             open=False,
             name=f"pgqueue-worker-{self.id.hex[:8]}",
-            configure=_configure_connection,
+            configure=functools.partial(_configure_connection, generic_plans=self.app.notify),
         )
         await self._pool.open(wait=False)
         self.completer = Completer(self)
@@ -560,11 +560,15 @@ def _loads_json(data: str | bytes) -> Any:
     return _decode_json(data if isinstance(data, str) else data.decode())
 
 
-async def _configure_connection(conn: AsyncConnection[Any]) -> None:
+async def _configure_connection(conn: AsyncConnection[Any], *, generic_plans: bool) -> None:
     set_json_loads(_loads_json, conn)
+    if not generic_plans:
+        return
     # The worker's statements are prepared (psycopg prepares a statement on its fifth
     # run) and written for generic plans: tests/test_explain.py checks each under this
     # setting. Left to choose, the server re-plans the claim on every call (a LIMIT
     # parameter makes the generic plan look 100x dearer than a custom one): about a
-    # tenth of the server's time per run, measured in bench/RESULTS.md.
+    # tenth of the server's time per run, measured in bench/RESULTS.md. A session
+    # setting: not with notifications off, the setting for transaction-mode poolers,
+    # where it would land on a server connection that other clients share.
     await conn.execute("SET plan_cache_mode = force_generic_plan")
