@@ -82,8 +82,11 @@ def load(conn: Conn, n: int, *, task: str, queue: str, groups: int = 0) -> None:
     )
     conn.execute(
         sql.SQL(
-            "INSERT INTO pgqueue.runs (task, queue, state, args, kwargs, group_key)"
-            " SELECT {task}, {queue}, 'queued', jsonb_build_array(g), '{{}}'::jsonb, {group}"
+            "INSERT INTO pgqueue.runs (task, queue, state, args, kwargs, group_key, limited)"
+            " SELECT {task}, {queue}, 'queued', jsonb_build_array(g), '{{}}'::jsonb, {group},"
+            # flagged as an enqueue would (a queue configured later re-flags by trigger)
+            "   EXISTS (SELECT 1 FROM pgqueue.queues q WHERE q.name = {queue}"
+            "           AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL))"
             " FROM generate_series(1, {n}) AS g"
         ).format(task=sql.Literal(task), queue=sql.Literal(queue), group=group, n=sql.Literal(n))
     )
@@ -264,6 +267,9 @@ def semaphores(
             queue, g, label = configs[k]
             ctx.scratch.fresh()
             with ctx.scratch.connect() as conn:
+                # limits first, as in a deployment: the backlog is enqueued flagged
+                # (loaded first, the workers' start would re-flag all of it)
+                configure(conn, queue)
                 load(conn, n, task=fa.anoop.name, queue=queue, groups=g)
             res = drain(ctx.scratch, queue, n, concurrency, p, cap=cap)
             short = "" if res["complete"] else f"; ONLY {res['done']:.0f} of {n} done in the cap"

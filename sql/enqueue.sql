@@ -19,11 +19,15 @@ timed AS (
 ),
 inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
-                              timeout_seconds, group_key, idempotency_key, run_at, parent_id)
+                              timeout_seconds, group_key, idempotency_key, run_at, parent_id,
+                              limited)
     SELECT task, queue, CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END,
            priority, args, kwargs, max_attempts, timeout_seconds, coalesce(group_key, ''),
            idempotency_key,
-           due, parent_id
+           due, parent_id,
+           -- flagged if its queue has limits (see enqueue_runs.sql)
+           queue IN (SELECT q.name FROM pgqueue.queues q
+                      WHERE q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL)
     FROM timed
     ORDER BY n
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

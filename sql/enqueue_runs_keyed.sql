@@ -21,12 +21,19 @@ WITH input AS (
            n
     FROM jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS i (e, n)
 ),
+-- Queues with limits: their runs are flagged `limited` (runs_group_claim_idx holds only
+-- those; the trigger of migration 0006 re-flags a queue's runs when its limits change).
+limits AS (
+    SELECT q.name FROM pgqueue.queues q
+    WHERE q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL
+),
 inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
-                              timeout_seconds, group_key, idempotency_key, run_at, parent_id)
+                              timeout_seconds, group_key, idempotency_key, run_at, parent_id,
+                              limited)
     SELECT task, queue, CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END,
            priority, args, kwargs, max_attempts, timeout_seconds, group_key, idempotency_key,
-           due, parent_id
+           due, parent_id, queue IN (SELECT name FROM limits)
     FROM input
     ORDER BY n
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+import psycopg
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pgqueue import migrate
 
@@ -15,3 +21,40 @@ def test_revision_files_form_the_chain_alembic_sees() -> None:
         chain = [r.revision for r in reversed(list(script.walk_revisions()))]
         assert script.get_current_head() == migrate.head()
     assert chain == migrate.revisions()
+
+
+def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
+    server_params: dict[str, Any],
+) -> None:
+    from alembic import command
+
+    params = {k: v for k, v in server_params.items() if v is not None}
+    name = f"pgqueue_upgrade_{os.getpid()}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
+        with migrate._config(dsn) as cfg:
+            command.upgrade(cfg, "0005")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('lim', 2)")
+            conn.execute(
+                "INSERT INTO pgqueue.runs (task, queue, state, finished_at)"
+                " SELECT 't', q, s, CASE WHEN s = 'succeeded' THEN now() END"
+                " FROM unnest(ARRAY['lim', 'free']) q,"
+                "      unnest(ARRAY['queued', 'scheduled', 'succeeded']) s"
+            )
+        migrate.upgrade(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            flagged = conn.execute(
+                "SELECT queue, state FROM pgqueue.runs WHERE limited ORDER BY 1, 2"
+            ).fetchall()
+        assert flagged == [("lim", "queued"), ("lim", "scheduled")]
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

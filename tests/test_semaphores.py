@@ -240,12 +240,13 @@ def explain_nested(conn: psycopg.Connection[Any], query: str, params: dict[str, 
 def test_limited_claim_does_not_read_a_full_groups_backlog(conn: psycopg.Connection[Any]) -> None:
     conn.execute("""
         INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('q', 1);
-        INSERT INTO pgqueue.runs (task, queue, group_key, state)
-        SELECT 't', 'q', 'big', 'queued' FROM generate_series(1, 100000);
-        INSERT INTO pgqueue.runs (task, queue, group_key, state, lease_token, lease_expires_at)
-        VALUES ('t', 'q', 'big', 'running', gen_random_uuid(), now() + interval '1 hour');
-        INSERT INTO pgqueue.runs (task, queue, group_key, state)
-        VALUES ('t', 'q', 'small', 'queued');
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        SELECT 't', 'q', 'big', 'queued', true FROM generate_series(1, 100000);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, lease_token, lease_expires_at,
+                                  limited)
+        VALUES ('t', 'q', 'big', 'running', gen_random_uuid(), now() + interval '1 hour', true);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        VALUES ('t', 'q', 'small', 'queued', true);
         ANALYZE pgqueue.runs;
     """)
     params = {
@@ -271,8 +272,8 @@ def test_limited_claim_cost_does_not_grow_with_groups(conn: psycopg.Connection[A
     """1,000 groups with room, 10 permits: the claim visits about 10 groups, not 1,000."""
     conn.execute("""
         INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('q', 1);
-        INSERT INTO pgqueue.runs (task, queue, group_key, state)
-        SELECT 't', 'q', 'g' || lpad((i % 1000)::text, 4, '0'), 'queued'
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        SELECT 't', 'q', 'g' || lpad((i % 1000)::text, 4, '0'), 'queued', true
         FROM generate_series(1, 20000) i;
         ANALYZE pgqueue.runs;
     """)
@@ -291,11 +292,11 @@ def test_limited_claim_cost_does_not_grow_with_groups(conn: psycopg.Connection[A
 def test_limited_claim_order_priority_turns_fifo(conn: psycopg.Connection[Any]) -> None:
     conn.execute("""
         INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 100);
-        INSERT INTO pgqueue.runs (task, queue, group_key, state, priority)
-        VALUES ('a1', 'q', 'a', 'queued', 0), ('a2', 'q', 'a', 'queued', 0),
-               ('a3', 'q', 'a', 'queued', 0), ('b1', 'q', 'b', 'queued', 0),
-               ('b2', 'q', 'b', 'queued', 0), ('c1', 'q', 'c', 'queued', 0),
-               ('d1', 'q', 'd', 'queued', -5), ('d2', 'q', 'd', 'queued', 5);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, priority, limited)
+        VALUES ('a1', 'q', 'a', 'queued', 0, true), ('a2', 'q', 'a', 'queued', 0, true),
+               ('a3', 'q', 'a', 'queued', 0, true), ('b1', 'q', 'b', 'queued', 0, true),
+               ('b2', 'q', 'b', 'queued', 0, true), ('c1', 'q', 'c', 'queued', 0, true),
+               ('d1', 'q', 'd', 'queued', -5, true), ('d2', 'q', 'd', 'queued', 5, true);
     """)
     # priority -5 first; then one run per group in turn (a, b, c), then a's second
     assert claim_limited(conn, 5) == [
@@ -315,8 +316,8 @@ def test_limited_claim_order_priority_turns_fifo(conn: psycopg.Connection[Any]) 
 def test_limited_claim_counts_permits_exactly(conn: psycopg.Connection[Any]) -> None:
     conn.execute("""
         INSERT INTO pgqueue.queues (name, concurrency, group_concurrency) VALUES ('q', 3, 2);
-        INSERT INTO pgqueue.runs (task, queue, group_key, state)
-        SELECT 't', 'q', g, 'queued' FROM unnest(ARRAY['a', 'a', 'a', 'b', 'b']) g;
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        SELECT 't', 'q', g, 'queued', true FROM unnest(ARRAY['a', 'a', 'a', 'b', 'b']) g;
     """)
     first = claim_limited(conn, 10)
     assert [g for g, _ in first] == ["a", "a", "b"]  # queue limit 3, group limit 2
@@ -340,3 +341,117 @@ def test_limited_claim_counts_permits_exactly(conn: psycopg.Connection[Any]) -> 
 def scalar_conn(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
     row = conn.execute(query, args or None).fetchone()
     return row[0] if row else None
+
+
+# -- the `limited` flag: runs_group_claim_idx holds only the runs of queues with limits ------
+
+
+def flags(conn: psycopg.Connection[Any]) -> dict[str, list[bool]]:
+    rows = conn.execute("SELECT task, limited FROM pgqueue.runs ORDER BY id").fetchall()
+    out: dict[str, list[bool]] = {}
+    for task, limited in rows:
+        out.setdefault(task, []).append(limited)
+    return out
+
+
+def group_index_pages(conn: psycopg.Connection[Any]) -> int:
+    size = scalar_conn(conn, "SELECT pg_relation_size('pgqueue.runs_group_claim_idx')")
+    return int(size) // 8192
+
+
+def test_runs_are_flagged_by_their_queues_limits(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Every way in flags a run `limited` exactly when its queue has limits; runs of
+    queues without limits never enter runs_group_claim_idx."""
+    app.set_limits("tight", concurrency=2, group_concurrency=None)
+
+    @app.task(queue="tight")
+    def held(n: int) -> None: ...
+
+    @app.task(queue="free")
+    def loose(n: int) -> None: ...
+
+    empty = group_index_pages(conn)
+    loose.enqueue_many([(i,) for i in range(500)])
+    loose.enqueue(1)
+    loose.options(idempotency_key="k1").enqueue(2)
+    loose.enqueue_many([(3,)])
+    conn.execute("SELECT pgqueue.enqueue('sql_free', queue => 'free')")
+    assert group_index_pages(conn) == empty  # nothing entered the index
+    held.enqueue_many([(i,) for i in range(3)])
+    held.enqueue(9)
+    held.options(idempotency_key="k2").enqueue(10)
+    held.options(delay=3600).enqueue(11)  # scheduled: flagged too, for when it is due
+    conn.execute("SELECT pgqueue.enqueue('sql_tight', queue => 'tight')")
+    found = flags(conn)
+    assert set(found[loose.name]) == {False} and len(found[loose.name]) == 503
+    assert found["sql_free"] == [False]
+    assert found[held.name] == [True] * 6
+    assert found["sql_tight"] == [True]
+    assert group_index_pages(conn) > empty
+
+
+def test_limits_that_come_or_go_reflag_unfinished_runs(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    @app.task(queue="later")
+    def job(n: int) -> None: ...
+
+    job.enqueue_many([(i,) for i in range(3)])
+    job.options(delay=3600).enqueue(3)
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, finished_at)"
+        " VALUES ('done', 'later', 'succeeded', now())"
+    )
+    assert flags(conn) == {job.name: [False] * 4, "done": [False]}
+    app.set_limits("later", concurrency=None, group_concurrency=1)
+    assert flags(conn) == {job.name: [True] * 4, "done": [False]}  # history untouched
+    app.set_limits("later", concurrency=5, group_concurrency=1)  # still limited
+    assert flags(conn) == {job.name: [True] * 4, "done": [False]}
+    app.set_limits("later", concurrency=None, group_concurrency=None)  # none left
+    assert flags(conn) == {job.name: [False] * 4, "done": [False]}
+
+
+def test_limits_change_while_runs_is_locked_reflags_without_waiting(
+    app: pgqueue.App, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A long transaction holding runs keeps the trigger's lock from it: after its lock
+    timeout it re-flags what is committed, instead of stalling every writer."""
+
+    @app.task(queue="busy")
+    def job(n: int) -> None: ...
+
+    job.enqueue_many([(i,) for i in range(3)])
+    with psycopg.connect(dsn) as long_tx:
+        long_tx.execute("UPDATE pgqueue.runs SET priority = priority WHERE false")  # a lock
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        conn.execute(
+            "INSERT INTO pgqueue.queues (name, concurrency) VALUES ('busy', 1)"
+            " ON CONFLICT (name) DO UPDATE SET concurrency = 1"
+        )
+        long_tx.rollback()
+    assert any("re-flagged without the lock" in n for n in notices), notices
+    assert flags(conn) == {job.name: [True] * 3}
+
+
+def test_unflagged_runs_of_a_limited_queue_are_taken_in(conn: psycopg.Connection[Any]) -> None:
+    """A run filed without the flag (a REPEATABLE READ enqueue that raced a limit change,
+    a producer on older code) is claimed: at the latest when no flagged run is left, and
+    before that once a claim finds it at the front of its queue (one claim in twenty
+    looks)."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 1000);
+        INSERT INTO pgqueue.runs (task, queue, state, limited) VALUES ('old', 'q', 'queued', false);
+        INSERT INTO pgqueue.runs (task, queue, state, limited)
+        SELECT 'new', 'q', 'queued', true FROM generate_series(1, 300);
+    """)
+    order = [task for _ in range(301) for _, task in claim_limited(conn, 1)]
+    assert len(order) == 301
+    assert order.index("old") < 300  # taken in from the front, not only at the end
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, limited)"
+        " VALUES ('late', 'q', 'queued', false)"
+    )
+    assert claim_limited(conn, 5) == [("", "late")]  # no flagged run left: taken in
