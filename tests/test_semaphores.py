@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import psycopg
@@ -455,3 +456,35 @@ def test_unflagged_runs_of_a_limited_queue_are_taken_in(conn: psycopg.Connection
         " VALUES ('late', 'q', 'queued', false)"
     )
     assert claim_limited(conn, 5) == [("", "late")]  # no flagged run left: taken in
+
+
+def test_two_limit_changes_at_once_take_turns(app: pgqueue.App, dsn: str) -> None:
+    """Two queues gaining limits in concurrent transactions: the second waits for the
+    first, then both queues' runs are re-flagged, and neither fails."""
+
+    @app.task(queue="qa")
+    def a(n: int) -> None: ...
+
+    @app.task(queue="qb")
+    def b(n: int) -> None: ...
+
+    a.enqueue_many([(i,) for i in range(3)])
+    b.enqueue_many([(i,) for i in range(3)])
+    with psycopg.connect(dsn) as first:
+        first.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('qa', 1)")
+        done = threading.Event()
+
+        def second() -> None:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('qb', 1)")
+            done.set()
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not done.wait(1.0)  # held back by the first change
+        first.commit()
+        thread.join(10)
+    assert done.is_set()
+    with psycopg.connect(dsn) as c:
+        rows = c.execute("SELECT DISTINCT queue, limited FROM pgqueue.runs ORDER BY 1").fetchall()
+    assert rows == [("qa", True), ("qb", True)]

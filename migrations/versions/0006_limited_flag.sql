@@ -21,8 +21,10 @@ CREATE INDEX runs_group_claim_idx ON pgqueue.runs (queue, priority, group_key, i
 -- A queue gains or loses its limits: re-flag its unfinished runs. The lock waits out the
 -- writers of runs in flight (an enqueue among them read the queue's old limits) and holds
 -- new ones back until this transaction commits; a statement held back takes its snapshot
--- after the lock, so it reads the new limits. If a long transaction keeps the lock from
--- us, re-flag without it: claim_limited() takes in what a late enqueue files wrongly.
+-- after the lock, so it reads the new limits. SHARE ROW EXCLUSIVE, not SHARE: two changes
+-- at once must take turns (each holding SHARE, their UPDATEs would deadlock). If a long
+-- transaction keeps the lock from us, re-flag without it: claim_limited() takes in what
+-- a late enqueue files wrongly.
 CREATE FUNCTION pgqueue.queue_limits_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -38,7 +40,7 @@ BEGIN
     END IF;
     BEGIN
         PERFORM set_config('lock_timeout', '500ms', true);
-        LOCK TABLE pgqueue.runs IN SHARE MODE;
+        LOCK TABLE pgqueue.runs IN SHARE ROW EXCLUSIVE MODE;
     EXCEPTION WHEN lock_not_available THEN
         RAISE NOTICE 'pgqueue: queue %: runs is busy; its runs are re-flagged without the lock',
             NEW.name;
