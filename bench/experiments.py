@@ -4,7 +4,7 @@ database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
-        completion-running enqueue-jsonb group-index startup python-costs
+        completion-running enqueue-jsonb group-index enqueue-plain startup python-costs
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from bench.common import (
     worker_command,
 )
 from pgqueue import _sql, tasks
+from pgqueue._inserts import _statement
 from pgqueue.worker._completer import Outcome, complete_params
 
 # -- claim: join the picked CTE, or = ANY(ARRAY(...)) ------------------------------------------
@@ -457,6 +458,47 @@ def group_index(scratch: Scratch, rounds: int = 3, samples: int = 6, batch: int 
     scratch.drop()
 
 
+# -- bulk enqueue: the plain batch statement ---------------------------------------------------
+
+
+def enqueue_plain(scratch: Scratch, rounds: int = 3, samples: int = 6, batch: int = 1000) -> None:
+    """enqueue_runs_plain.sql vs enqueue_runs.sql for the same enqueue_many batch of
+    `batch` runs ([args, kwargs] each): jobs/s of the statement and its commit on one
+    connection, median of `samples` x 10 batches per side and round, sides alternating,
+    each on a fresh scratch database."""
+    print(f"== enqueue-plain: batches of {batch:,}, {rounds} rounds")
+    apps.app.configure(dsn=scratch.dsn)
+    run_batch = tasks.RunBatch.build(
+        apps.noop, tasks.EnqueueOptions(), [(i,) for i in range(batch)]
+    )
+    assert run_batch.plain
+    _, params = _statement(run_batch, keyed=False)
+    params["notify"] = True
+    rates: dict[str, list[float]] = {"enqueue_runs_plain.sql": [], "enqueue_runs.sql": []}
+    for _ in range(rounds):
+        for name in rates:
+            query = _sql.query(name.removesuffix(".sql"))
+            scratch.fresh()
+            with scratch.connect() as conn:
+                for _ in range(3):
+                    conn.execute(query, params)
+                got = []
+                for _ in range(samples):
+                    t0 = time.perf_counter()
+                    for _ in range(10):
+                        conn.execute(query, params)
+                    got.append(10 * batch / (time.perf_counter() - t0))
+            rates[name].append(statistics.median(got))
+    for name, values in rates.items():
+        print(
+            f"  {name:24s} {statistics.median(values):9,.0f} jobs/s (rounds: "
+            + ", ".join(f"{v:,.0f}" for v in values)
+            + ")"
+        )
+    apps.app.close()
+    scratch.drop()
+
+
 # -- start-up --------------------------------------------------------------------------------
 
 
@@ -593,6 +635,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "enqueue-jsonb": enqueue_jsonb,
     "enqueue-server": enqueue_server,
     "group-index": group_index,
+    "enqueue-plain": enqueue_plain,
     "startup": startup,
     "python-costs": lambda _scratch: python_costs(),
 }

@@ -107,7 +107,8 @@ def _statement(rows: Sequence[RunRow], keyed: bool) -> tuple[LiteralString, dict
         # what its runs share, once; the document carries [args, kwargs(, group)] per run
         shared = _fields(rows.shared)
         del shared["args"], shared["kwargs"], shared["idempotency_key"]
-        return _sql.query("enqueue_runs"), {"runs": rows.document, **shared}
+        name: LiteralString = "enqueue_runs_plain" if rows.plain else "enqueue_runs"
+        return _sql.query(name), {"runs": rows.document, **shared}
     if len(rows) == 1:
         return _sql.query("enqueue_run"), _fields(rows[0])
     document = "[" + ",".join(_element(r) for r in rows) + "]"

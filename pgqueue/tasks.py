@@ -101,10 +101,14 @@ class RunBatch(Sequence[RunRow]):
 
     CHUNK = 1000
 
-    def __init__(self, shared: RunRow, elements: list[list[Any]], document: str) -> None:
+    def __init__(
+        self, shared: RunRow, elements: list[list[Any]], document: str, plain: bool = False
+    ) -> None:
         self.shared = shared
         self.elements = elements
         self.document = document
+        # every element is [args, kwargs]: enqueue_runs_plain.sql reads nothing else
+        self.plain = plain
 
     @classmethod
     def build(
@@ -165,7 +169,7 @@ class RunBatch(Sequence[RunRow]):
                 append([args, kwargs, group_fn(*args, **kwargs)])
         what = f"arguments of task {task.name!r}"
         document = _encode(elements, what, task.app.max_payload_bytes, cls.CHUNK)
-        return cls(shared, elements, document)
+        return cls(shared, elements, document, plain=group_fn is None)
 
     def __len__(self) -> int:
         return len(self.elements)

@@ -507,3 +507,54 @@ def test_enqueue_many_runs_eagerly_under_testing_eager(
     ]
     assert [h.id for h in handles] == [r.id for r in runs]
     assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (0,)
+
+
+def test_plain_batches_insert_what_the_general_statement_does(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """enqueue_runs_plain.sql (an enqueue_many batch of [args, kwargs] only) writes the
+    same rows and returns the same result row as enqueue_runs.sql given the same batch."""
+    from pgqueue import _inserts, _sql
+    from pgqueue.tasks import EnqueueOptions, RunBatch
+
+    app.set_limits("lim", concurrency=2, group_concurrency=None)
+
+    @app.task(queue="lim", priority=3, max_attempts=5, timeout=7, group="g")
+    def shaped(a: int, b: int = 0) -> None: ...
+
+    @app.task
+    def bare(a: int) -> None: ...
+
+    columns = (
+        "task, queue, state, priority, args, kwargs, max_attempts, timeout_seconds, group_key,"
+        " idempotency_key, parent_id, limited, attempt, notify_done,"
+        " round(extract(epoch FROM run_at - created_at)) AS due_in"
+    )
+    cases = [
+        (shaped, EnqueueOptions(), [(1,), (2, 3), {"a": 4}]),
+        (shaped, EnqueueOptions(delay=60, priority=-1), [(5,)]),
+        (bare, EnqueueOptions(parent_id=None), [(6,), (7,)]),
+    ]
+    for task, opts, items in cases:
+        batch = RunBatch.build(task, opts, items)
+        assert batch.plain
+        query, params = _inserts._statement(batch, keyed=False)
+        assert query == _sql.query("enqueue_runs_plain")
+        params["notify"] = True
+        results, rows = [], []
+        for name in ("enqueue_runs_plain", "enqueue_runs"):
+            found = conn.execute(_sql.query(name), params).fetchone()
+            assert found is not None
+            results.append((len(found[0]), found[1], found[2]))
+            rows.append(
+                conn.execute(
+                    f"SELECT {columns} FROM pgqueue.runs WHERE id = ANY(%s) ORDER BY id",
+                    (found[0],),
+                ).fetchall()
+            )
+        assert results[0] == results[1]
+        assert rows[0] == rows[1] and len(rows[0]) == len(items)
+    group_by_args = RunBatch.build(
+        app.task(name="grouped", group=lambda a: str(a))(lambda a: None), EnqueueOptions(), [(1,)]
+    )
+    assert not group_by_args.plain  # its elements carry a group: the general statement

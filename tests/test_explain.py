@@ -119,13 +119,15 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
     one = shared | {"args": "[1]", "kwargs": "{}", "idempotency_key": "key-1"}
     for name, params in (
         ("enqueue_runs", batch),
+        ("enqueue_runs_plain", batch),
         ("enqueue_runs_keyed", batch),
         ("enqueue_run", one),
     ):
         text = plan(conn, name, params)
         assert scans(text) == [("ModifyTable", None)], (name, scans(text))
         arbiter = '"Conflict Arbiter Indexes": ["runs_idempotency_key_idx"]' in text
-        assert arbiter == (name != "enqueue_runs"), name  # ON CONFLICT only where keys are
+        # ON CONFLICT only where keys are
+        assert arbiter == (name not in ("enqueue_runs", "enqueue_runs_plain")), name
     holders = plan(conn, "runs_by_idempotency_key", {"keys": ["key-1", "key-2"]})
     assert_uses(holders, "runs_idempotency_key_idx")
 

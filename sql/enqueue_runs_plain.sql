@@ -1,0 +1,31 @@
+-- enqueue_many's common batch (App.insert_runs of a RunBatch whose runs carry no group of
+-- their own): the document holds [args, kwargs] per run and everything else is the
+-- batch's, passed once. enqueue_runs.sql takes ten more fields from each element, absent
+-- here: that cost 12 percent of a batch's time (bench/RESULTS.md, session 4). Same rows, same
+-- result row (ids in id order, keys all NULL, notified) as enqueue_runs.sql.
+WITH inserted AS (
+    INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
+                              timeout_seconds, group_key, run_at, parent_id, limited)
+    SELECT %(task)s::text, %(queue)s::text,
+           CASE WHEN b.due > now() THEN 'scheduled' ELSE 'queued' END,
+           %(priority)s::smallint, i.e -> 0, i.e -> 1, %(max_attempts)s::integer,
+           %(timeout_seconds)s::double precision, coalesce(%(group_key)s::text, ''), b.due,
+           %(parent_id)s::bigint, b.limited
+    FROM jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS i (e, n),
+         (SELECT coalesce(%(run_at)s::timestamptz,
+                          now() + coalesce(%(delay)s::double precision, 0)
+                                  * interval '1 second') AS due,
+                 -- flagged if the queue has limits (see enqueue_runs.sql)
+                 EXISTS (SELECT 1 FROM pgqueue.queues q
+                          WHERE q.name = %(queue)s::text
+                            AND (q.concurrency IS NOT NULL
+                                 OR q.group_concurrency IS NOT NULL)) AS limited) b
+    ORDER BY i.n
+    RETURNING id, state
+)
+SELECT array_agg(id ORDER BY id) AS ids,
+       array_agg(NULL::text) AS keys,
+       (SELECT count(pg_notify('pgqueue_queued', %(queue)s::text))
+         WHERE %(notify)s::boolean
+           AND EXISTS (SELECT 1 FROM inserted WHERE state = 'queued')) AS notified
+FROM inserted
