@@ -39,6 +39,7 @@ from bench.common import (
 from bench.raw_listener import CHANNEL as RAW_CHANNEL
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome
+from pgqueue.worker.semaphores import FROM_FRONT
 
 try:  # a core from before completions were one jsonb document (bench --snapshot-rev)
     from pgqueue.worker._completer import complete_params
@@ -207,7 +208,13 @@ def _drain_sql_only(conn: Conn, queue: str, limit: int) -> float:
     complete.sql, sequentially on one connection, running nothing. Returns runs/s."""
     worker_id = uuid.uuid4()
     claim, complete = _sql.query("claim"), _sql.query("complete")
-    params = {"queue": queue, "limit": limit, "worker_id": worker_id, "lease_seconds": 30.0}
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "worker_id": worker_id,
+        "lease_seconds": 30.0,
+        **FROM_FRONT,
+    }
     done = 0
     t0 = time.perf_counter()
     while True:
@@ -567,6 +574,7 @@ class ClaimLoop:
             "limit": self.limit,
             "worker_id": self.worker_id,
             "lease_seconds": 30.0,
+            **FROM_FRONT,
         }
         claim_q, complete_q = _sql.query("claim"), _sql.query("complete")
         for _ in range(cycles):
@@ -682,7 +690,14 @@ def claim(
 
 
 # psycopg cannot infer these from claim.sql's text alone when PREPAREd by hand
-PARAM_TYPES = {"queue": "text", "limit": "bigint", "worker_id": "uuid", "lease_seconds": "float8"}
+PARAM_TYPES = {
+    "queue": "text",
+    "limit": "bigint",
+    "worker_id": "uuid",
+    "lease_seconds": "float8",
+    "after_priority": "smallint",
+    "after_id": "bigint",
+}
 
 
 def explain_prepared(conn: Conn, query: str, params: dict[str, Any], mode: str) -> str:
@@ -715,6 +730,7 @@ def explain_hot_queries(conn: Conn, limit: int) -> str:
         "limit": limit,
         "worker_id": worker_id,
         "lease_seconds": 30.0,
+        **FROM_FRONT,
     }
     for mode in ("force_custom_plan", "force_generic_plan"):
         with conn.transaction(force_rollback=True):

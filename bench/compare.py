@@ -59,6 +59,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import procrastinate
 import psycopg
@@ -217,8 +218,9 @@ class Lib:
             ident = sql.Identifier(self.db)
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
             conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
-        if self.server.startswith(("postgresql://", "postgres://")) and "?" not in self.server:
-            self.dsn = self.server.rsplit("/", 1)[0] + "/" + self.db  # asyncpg wants a URL
+        if self.server.startswith(("postgresql://", "postgres://")):
+            # asyncpg wants a URL (the embedded server's has ?host=<socket dir>)
+            self.dsn = urlsplit(self.server)._replace(path="/" + self.db).geturl()
         else:
             self.dsn = make_conninfo(self.server, dbname=self.db)
         self.install()

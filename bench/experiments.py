@@ -4,7 +4,8 @@ database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
-        completion-running enqueue-jsonb group-index enqueue-plain startup python-costs
+        completion-running claim-walk enqueue-jsonb group-index enqueue-plain startup \
+        python-costs
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import resource
 import statistics
@@ -43,6 +45,7 @@ from bench.common import (
 from pgqueue import _sql, tasks
 from pgqueue._inserts import _statement
 from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker.semaphores import FROM_FRONT, FRONT_EVERY, ClaimMarks
 
 # -- claim: join the picked CTE, or = ANY(ARRAY(...)) ------------------------------------------
 
@@ -97,6 +100,7 @@ def claim_any(scratch: Scratch, background: int = 500_000, claims: int = 3000) -
         bulk_load(a, claims * 10 * len(sides) + 1000)
         vacuum_analyze(a)
         params = {"queue": "bench", "limit": 10, "worker_id": uuid.uuid4(), "lease_seconds": 30.0}
+        params |= FROM_FRONT
         for name, query in list(sides.items())[:2]:
             for mode in ("force_custom_plan", "force_generic_plan"):
                 with a.transaction(force_rollback=True):
@@ -150,6 +154,7 @@ def claim_commit(scratch: Scratch, claims: int = 2000, limit: int = 1) -> None:
         bulk_load(a, claims * limit * len(sides) + 1000)
         vacuum_analyze(a)
         params = {"queue": "bench", "limit": limit, "worker_id": uuid.uuid4(), "lease_seconds": 30}
+        params |= FROM_FRONT
         lat = {name: Latencies() for name in sides}
         for i in range(claims):
             for name in sides if i % 2 else reversed(sides):
@@ -205,6 +210,7 @@ class _Drain:
             "limit": batch,
             "worker_id": self.worker_id,
             "lease_seconds": 30.0,
+            **FROM_FRONT,
         }
         self.pending: list[dict[str, Any]] = []
         self.done = False
@@ -601,6 +607,7 @@ def completion_running(
             vacuum_analyze(conn)
             conn.execute("SET plan_cache_mode = force_generic_plan")
             params = {"queue": "bench", "limit": 50, "worker_id": uuid.uuid4(), "lease_seconds": 30}
+            params |= FROM_FRONT
             if other:
                 busy = params | {"limit": other, "worker_id": uuid.uuid4(), "lease_seconds": 3600}
                 conn.execute(_sql.query("claim"), busy)
@@ -626,12 +633,70 @@ def completion_running(
     scratch.drop()
 
 
+CLAIM_IDX_BLOCKS = (
+    "SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes"
+    " WHERE indexrelname = 'runs_claim_idx'"
+)
+
+
+def claim_walk(scratch: Scratch, n: int = 200_000, segment: int = 20_000) -> None:
+    """What claimed runs cost later claims until VACUUM. A claim from the front of its
+    queue reads runs_claim_idx through the entries of every run claimed since the last
+    vacuum (marked dead and skipped, but their pages are read). Drains `n` runs with
+    claim.sql + complete.sql (batches of 50, one connection, generic plans) without
+    vacuum, and prints per segment the server CPU per run and the claim index's pages
+    read per claim; then VACUUMs and drains one more segment. Two sides, each on a fresh
+    database: every claim from the front, and claims that start after the last one
+    (semaphores.ClaimMarks, as the worker does: from the front every 0.1 s)."""
+    print(f"== claim-walk: {n:,} runs in segments of {segment:,}, no vacuum, then VACUUM")
+    for side in ("from the front", "after the mark"):
+        print(f"  -- {side}")
+        scratch.fresh()
+        with scratch.connect() as conn:
+            bulk_load(conn, n + segment)
+            vacuum_analyze(conn)
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            wid = uuid.uuid4()
+            params = {"queue": "bench", "limit": 50, "worker_id": wid, "lease_seconds": 300}
+            marks = ClaimMarks(every=math.inf if side == "from the front" else FRONT_EVERY)
+            claim, complete = _sql.query("claim"), _sql.query("complete")
+
+            def blocks() -> int:
+                row = conn.execute(CLAIM_IDX_BLOCKS).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            claimed = 0
+            for k in range(n // segment + 1):
+                if k == n // segment:
+                    conn.execute("VACUUM pgqueue.runs")
+                cpu0, blocks0, done, claims = backend_cpu(conn), blocks(), 0, 0
+                while done < segment:
+                    start = marks.start("bench") if side != "from the front" else FROM_FRONT
+                    with conn.cursor(row_factory=dict_row) as cur:
+                        rows = cur.execute(claim, params | start, prepare=True).fetchall()
+                    marks.landed("bench", rows)
+                    conn.execute(complete, _outcomes(rows, wid), prepare=True)
+                    done, claims = done + len(rows), claims + 1
+                cpu = 1e6 * (backend_cpu(conn) - cpu0) / done
+                pages = (blocks() - blocks0) / claims
+                label = "after VACUUM" if k == n // segment else f"{claimed:,} claimed before"
+                print(
+                    f"  {label:>24s}: server CPU {cpu:5.1f} us/run,"
+                    f" runs_claim_idx pages read per claim {pages:6.1f}",
+                    flush=True,
+                )
+                claimed += done
+    scratch.drop()
+
+
 EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "claim-any": claim_any,
     "claim-commit": claim_commit,
     "drain-pipeline": drain_pipeline,
     "server-cpu": server_cpu,
     "completion-running": completion_running,
+    "claim-walk": claim_walk,
     "enqueue-jsonb": enqueue_jsonb,
     "enqueue-server": enqueue_server,
     "group-index": group_index,

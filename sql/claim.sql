@@ -9,17 +9,55 @@
 -- `queued` again and runs again (at-least-once, as after an expired lease), and the lost
 -- attempt's late outcome is fenced out by its lease token. (claim_limited.sql does not do
 -- this: see there.)
-WITH picked AS (
-    SELECT id
-    FROM pgqueue.runs
-    WHERE state = 'queued' AND queue = %(queue)s
-      AND NOT EXISTS (SELECT 1 FROM pgqueue.queues q
-                       WHERE q.name = %(queue)s
-                         AND (q.paused OR q.concurrency IS NOT NULL
-                              OR q.group_concurrency IS NOT NULL))
+-- Where to start: (after_priority, after_id) is the largest (priority, id) this worker's
+-- last claim of the queue took; (-32768, 0) starts at the front. Every run claimed since
+-- the last VACUUM leaves a dead entry at the front of runs_claim_idx, and a claim from the
+-- front reads through all of them (a page per ~380 runs: bench.experiments claim-walk).
+-- Three scans, each run only if those before it found fewer than `limit`:
+--   ahead:  more urgent priorities than the mark's (enqueued since): from the front;
+--   onward: from the mark on, in order;
+--   behind: the mark's priority before the mark: runs that came back to the queue
+--           (retries, wakes, rescues) or whose enqueue committed late. When `onward`
+--           fills the batch they wait for the worker's next claim from the front, at
+--           most CLAIM_FROM_FRONT_EVERY later (pgqueue/worker/__init__.py).
+WITH open AS (
+    SELECT NOT EXISTS (SELECT 1 FROM pgqueue.queues q
+                        WHERE q.name = %(queue)s
+                          AND (q.paused OR q.concurrency IS NOT NULL
+                               OR q.group_concurrency IS NOT NULL)) AS yes
+),
+ahead AS (
+    SELECT id FROM pgqueue.runs
+    WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
+      AND priority < %(after_priority)s
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+onward AS (
+    SELECT id FROM pgqueue.runs
+    WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
+      AND (priority, id) > (%(after_priority)s, %(after_id)s)
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+behind AS (
+    SELECT id FROM pgqueue.runs
+    WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
+      AND priority = %(after_priority)s
+      -- as a row comparison, which only runs_claim_idx can serve (`id <= ...` alone
+      -- lets a generic plan walk the primary key through the whole history)
+      AND (priority, id) <= (%(after_priority)s, %(after_id)s)
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM ahead
+    UNION ALL SELECT id FROM onward
+    UNION ALL SELECT id FROM behind
+    LIMIT %(limit)s
 )
 UPDATE pgqueue.runs r
    SET state = 'running',

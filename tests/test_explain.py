@@ -13,6 +13,7 @@ import pytest
 from pgqueue import _sql
 from pgqueue.worker import _configure_connection
 from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker.semaphores import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
 
@@ -71,8 +72,21 @@ def assert_uses(text: str, *indexes: str) -> None:
 
 def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     # One test, one large fixture: building 300,000 rows per test would slow the suite.
-    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
-    assert_uses(plan(big, "claim", claim), "runs_claim_idx")
+    claim = {
+        "queue": "default",
+        "limit": 10,
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
+    # From the front, and from a mark (the worker's claims after its first): three scans
+    # of runs_claim_idx (ahead, onward, behind), and the primary key for the update.
+    for start in (FROM_FRONT, {"after_priority": 0, "after_id": 250_000}):
+        found = [s for s in scans(plan(big, "claim", claim | start)) if s[0] != "ModifyTable"]
+        assert sorted(index or kind for kind, index in found) == [
+            *["runs_claim_idx"] * 3,
+            "runs_pkey",
+        ], found
     assert_uses(plan(big, "stage_due", {"queue": "default", "limit": 100}), "runs_scheduled_idx")
     assert_uses(plan(big, "rescue_expired", {"queue": "default", "limit": 100}), "runs_lease_idx")
     by_id: dict[str, Any] = {
@@ -98,7 +112,13 @@ def test_claim_plan_check_can_fail(conn: psycopg.Connection[Any]) -> None:
     """Without its index the claim scans the table, and the check above notices."""
     conn.execute("DROP INDEX pgqueue.runs_claim_idx")
     conn.execute("ANALYZE pgqueue.runs")
-    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    claim = {
+        "queue": "default",
+        "limit": 10,
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
     with pytest.raises(AssertionError):
         assert_uses(plan(conn, "claim", claim), "runs_claim_idx")
 
@@ -136,7 +156,13 @@ def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
     """The worker's connections use the generic plans checked above: the claim is not
     re-planned per call (left to choose, the server picks a custom plan every time).
     Not with notifications off (transaction-mode poolers): no session setting then."""
-    claim = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    claim = {
+        "queue": "default",
+        "limit": 10,
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
 
     async def plans(generic_plans: bool) -> tuple[int, int]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:

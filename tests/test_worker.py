@@ -13,6 +13,7 @@ import pytest
 import pgqueue
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker.semaphores import FROM_FRONT
 from tests.helpers import InProcessWorker, wait_until
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -310,6 +311,7 @@ def test_stale_lease_cannot_write(app: pgqueue.App, conn: psycopg.Connection[Any
             "limit": 1,
             "worker_id": WORKER,
             "lease_seconds": 30,
+            **FROM_FRONT,
         },
     ).fetchone()
     assert row is not None
@@ -353,7 +355,13 @@ def test_completion_document_round_trip(app: pgqueue.App, conn: psycopg.Connecti
     def t() -> None: ...
 
     ids = [h.id for h in t.enqueue_many([() for _ in range(8)])]
-    params = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    params = {
+        "queue": "default",
+        "limit": 10,
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
     tokens = {r[0]: r[8] for r in conn.execute(_sql.query("claim"), params).fetchall()}
     since = dt.datetime(2030, 1, 2, 3, 4, 5, 600000, tzinfo=dt.UTC)
     a, b, c, d, e, f, g, h = ids
@@ -418,7 +426,7 @@ def test_claims_commit_asynchronously_outcomes_do_not(
     h = t.enqueue()
     limited.enqueue()
     setting = "SELECT current_setting('synchronous_commit')"
-    claim = {"limit": 1, "worker_id": WORKER, "lease_seconds": 30, "finishing": []}
+    claim = {"limit": 1, "worker_id": WORKER, "lease_seconds": 30, "finishing": [], **FROM_FRONT}
     tokens = {}
     for query, queue, inside in [("claim", "default", "off"), ("claim_limited", "tight", "on")]:
         with conn.transaction():

@@ -112,6 +112,7 @@ class Worker:
         self.held: dict[uuid.UUID, Held] = {}
         self.limited: set[str] = set()  # served queues with cluster-wide limits
         self._reserved = 0  # slots asked for by the claims in flight
+        self.marks = semaphores.ClaimMarks()
         # Every attempt's coroutine until its outcome is handed to the completer, or
         # written if something follows the write (a hook, a thread still running).
         self._executing: set[asyncio.Task[None]] = set()
@@ -396,8 +397,13 @@ class Worker:
             # commits: the limit holds for valid leases as the database shows them.
             "finishing": [],
         }
+        limited = queue in self.limited
+        if not limited:
+            params |= self.marks.start(queue)
         async with self.pool.connection() as conn:
-            rows = await semaphores.claim(conn, queue, params, queue in self.limited)
+            rows = await semaphores.claim(conn, queue, params, limited)
+        if not limited:
+            self.marks.landed(queue, rows)
         rows.sort(key=lambda r: (r["priority"], r["id"]))
         for row in rows:
             held = Held(row["id"], row["lease_token"], row, self.app.make_context(row))

@@ -8,6 +8,8 @@ lock-free SKIP LOCKED claim.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
@@ -17,6 +19,42 @@ from pgqueue.worker._service import Service
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
+
+
+FRONT = (-32768, 0)  # a (priority, id) before every run's: claim.sql reads from the front
+FROM_FRONT = {"after_priority": FRONT[0], "after_id": FRONT[1]}
+FRONT_EVERY = 0.1  # seconds between a worker's claims of a queue from its front, at most
+
+
+class ClaimMarks:
+    """Where a worker's next claim of each queue starts (sql/claim.sql): after the largest
+    (priority, id) its last claim took, so that it does not read again through the dead
+    index entries of the runs claimed since the last VACUUM. More urgent priorities are
+    always read from the front. Runs that came back behind the mark (retries, wakes,
+    rescues, enqueues that committed late) are claimed when a claim finds fewer runs past
+    the mark than it asked for, and at the latest by the next claim from the front: one
+    every FRONT_EVERY seconds, or after a claim that found nothing."""
+
+    def __init__(self, every: float = FRONT_EVERY) -> None:
+        self.every = every
+        self._marks: dict[str, tuple[int, int]] = {}
+        self._front_at: dict[str, float] = {}
+
+    def start(self, queue: str) -> dict[str, int]:
+        """claim.sql's after_priority and after_id for the next claim of `queue`."""
+        mark = self._marks.get(queue)
+        now = time.monotonic()
+        if mark is None or now - self._front_at.get(queue, -self.every) >= self.every:
+            self._front_at[queue] = now
+            mark = FRONT
+        return {"after_priority": mark[0], "after_id": mark[1]}
+
+    def landed(self, queue: str, rows: Sequence[dict[str, Any]]) -> None:
+        """A claim of `queue` took `rows`: the next one starts after the last of them."""
+        if rows:
+            self._marks[queue] = max((row["priority"], row["id"]) for row in rows)
+        else:
+            self._marks.pop(queue, None)
 
 
 class QueueLimits(Service):
