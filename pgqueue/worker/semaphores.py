@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
+from psycopg.types.numeric import Int2, Int8
 
 from pgqueue import _sql
 from pgqueue.worker._service import Service
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 
 FRONT = (-32768, 0)  # a (priority, id) before every run's: claim.sql reads from the front
-FROM_FRONT = {"after_priority": FRONT[0], "after_id": FRONT[1]}
+# Int2/Int8: the same parameter types whatever the values (psycopg sends a plain int as
+# the smallest type that holds it), so that the claim stays one prepared statement.
+FROM_FRONT = {"after_priority": Int2(FRONT[0]), "after_id": Int8(FRONT[1])}
 FRONT_EVERY = 0.1  # seconds between a worker's claims of a queue from its front, at most
 
 
@@ -47,7 +50,7 @@ class ClaimMarks:
         if mark is None or now - self._front_at.get(queue, -self.every) >= self.every:
             self._front_at[queue] = now
             mark = FRONT
-        return {"after_priority": mark[0], "after_id": mark[1]}
+        return {"after_priority": Int2(mark[0]), "after_id": Int8(mark[1])}
 
     def landed(self, queue: str, rows: Sequence[dict[str, Any]]) -> None:
         """A claim of `queue` took `rows`: the next one starts after the last of them."""
