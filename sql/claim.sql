@@ -45,9 +45,10 @@ onward AS (
 behind AS (
     SELECT id FROM pgqueue.runs
     WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
-      AND priority = %(after_priority)s
-      -- as a row comparison, which only runs_claim_idx can serve (`id <= ...` alone
-      -- lets a generic plan walk the primary key through the whole history)
+      -- Row comparisons only, no `priority = ...`: runs_claim_idx serves them, and the
+      -- primary key cannot give their order (with an equality on priority, a generic
+      -- plan may walk the primary key through the whole history instead).
+      AND (priority, id) >= (%(after_priority)s, 0)
       AND (priority, id) <= (%(after_priority)s, %(after_id)s)
     ORDER BY priority, id
     LIMIT %(limit)s

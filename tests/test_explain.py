@@ -171,7 +171,7 @@ def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
                 await aconn.execute(_sql.query("claim"), claim, prepare=True)
             cur = await aconn.execute(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-                " WHERE statement LIKE '%%Claim up to%%'"
+                " WHERE statement LIKE '%%ahead AS (%%'"
             )
             row = await cur.fetchone()
             assert row is not None
