@@ -19,7 +19,7 @@
 --   behind: the mark's priority before the mark: runs that came back to the queue
 --           (retries, wakes, rescues) or whose enqueue committed late. When `onward`
 --           fills the batch they wait for the worker's next claim from the front, at
---           most CLAIM_FROM_FRONT_EVERY later (pgqueue/worker/__init__.py).
+--           most FRONT_EVERY (0.1 s) later (ClaimMarks in pgqueue/worker/semaphores.py).
 WITH open AS (
     SELECT NOT EXISTS (SELECT 1 FROM pgqueue.queues q
                         WHERE q.name = %(queue)s
