@@ -79,28 +79,17 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
             # Autovacuum is off on our server: statistics as bench.compare's drains have
             # them (a peer's claim plans badly on a table it has never analyzed).
             lib.vacuum(conn)
-            unfinished = lib.unfinished_sql()
+            n, since = compare.unfinished(conn, lib), compare.db_clock(conn)
+            marks: dict[str, Any] = {}
 
-            def left() -> int:
-                row = conn.execute(unfinished).fetchone()  # type: ignore[call-overload]
-                assert row is not None
-                return int(row[0])
+            def on_start() -> None:
+                marks["wal"] = conn.execute(WAL).fetchone()
+                marks["t"], marks["w"] = time.monotonic(), cpu_seconds(pids)
+                marks["m"], marks["pg"] = machine_busy(), cpu_seconds(postgres_pids())
 
-            n = left()
             with lib.workers(workers) as procs:
-                deadline = time.monotonic() + 600
-                while left() == n:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{lib.name}: no job left the queue")
-                    time.sleep(0.005)
                 pids = [p.pid for p in procs]
-                wal0 = conn.execute(WAL).fetchone()
-                t0, w0, m0 = time.monotonic(), cpu_seconds(pids), machine_busy()
-                pg0 = cpu_seconds(postgres_pids())
-                while left():
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{lib.name}: not drained")
-                    time.sleep(0.02)
+                compare.watch_drain(conn, lib, procs, n, since, on_start=on_start)
                 t1, w1, m1 = time.monotonic(), cpu_seconds(pids), machine_busy()
                 pg1 = cpu_seconds(postgres_pids())
             # Backends report WAL and commit counts at most once a second, and when they
@@ -109,6 +98,7 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
     finally:
         lib.close()
         lib.drop()
+    wal0, t0, w0, m0, pg0 = marks["wal"], marks["t"], marks["w"], marks["m"], marks["pg"]
     assert wal0 is not None and wal1 is not None
     per_k = [1000 * (b - a) / n for a, b in zip(wal0, wal1, strict=True)]
     return {

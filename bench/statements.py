@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +61,11 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> list[tuple[Any, ...]]:
         with psycopg.connect(lib.dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             lib.vacuum(conn)
-            unfinished = lib.unfinished_sql()
+            n, since = compare.unfinished(conn, lib), compare.db_clock(conn)
             conn.execute("SET pg_stat_statements.track = 'none'")  # not this monitor
             conn.execute("SELECT pg_stat_statements_reset()")
-            with lib.workers(workers):
-                deadline = time.monotonic() + 600
-                while conn.execute(unfinished).fetchone() != (0,):  # type: ignore[call-overload]
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{lib.name}: not drained")
-                    time.sleep(0.05)
+            with lib.workers(workers) as procs:
+                compare.watch_drain(conn, lib, procs, n, since)
             return conn.execute(STATEMENTS).fetchall()  # type: ignore[call-overload]
     finally:
         lib.close()
