@@ -4,8 +4,8 @@ database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
-        completion-running claim-walk enqueue-jsonb group-index enqueue-plain startup \
-        python-costs
+        completion-running claim-walk drain-monitor enqueue-jsonb group-index enqueue-plain \
+        startup python-costs
 """
 
 from __future__ import annotations
@@ -690,6 +690,45 @@ def claim_walk(scratch: Scratch, n: int = 200_000, segment: int = 20_000) -> Non
     scratch.drop()
 
 
+def drain_monitor(scratch: Scratch, jobs: int = 60_000, seconds: float = 3.0) -> None:
+    """What watching a drain costs the server: bench.compare's drains polled an exact count
+    of the unfinished jobs (every 50 ms; bench.cpu every 20 ms) and now poll cheap index
+    probes (every 10 ms: compare.watch_drain). Per library (pgqueue and pgqueuer, bench
+    extra), `jobs` bulk-enqueued jobs and no worker: each way of polling for `seconds`, and
+    the CPU of the polling backend per poll and in cores. Parallel workers that a count
+    starts are not counted (they exit with the query), so the counts' figures are a floor."""
+    from bench import compare
+
+    print(f"== drain-monitor: {jobs:,} queued jobs, {seconds:.0f} s per way of polling")
+    for name in ("pgqueue", "pgqueuer"):
+        lib = compare.CLASSES[name](name, scratch.server)
+        lib.fresh()
+        try:
+            lib.bulk(jobs // 1000 - 2, 1000)
+            with compare.psycopg.connect(lib.dsn, autocommit=True) as conn:
+                lib.vacuum(conn)
+                ways = (
+                    ("count, every 20 ms (bench.cpu before)", lib.unfinished_sql(), 0.02),
+                    ("count, every 50 ms (bench.compare before)", lib.unfinished_sql(), 0.05),
+                    ("probes, every 10 ms (now)", lib.pending_sql(), compare.POLL),
+                )
+                for label, query, every in ways:
+                    cpu0, t0, polls = backend_cpu(conn), time.monotonic(), 0
+                    while time.monotonic() - t0 < seconds:
+                        conn.execute(query).fetchone()  # type: ignore[call-overload]
+                        polls += 1
+                        time.sleep(every)
+                    cpu = backend_cpu(conn) - cpu0
+                    print(
+                        f"  {name:>8s}, {label:<42s}: {1000 * cpu / polls:5.2f} ms per poll,"
+                        f" {cpu / (time.monotonic() - t0):.2f} cores",
+                        flush=True,
+                    )
+        finally:
+            lib.close()
+            lib.drop()
+
+
 EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "claim-any": claim_any,
     "claim-commit": claim_commit,
@@ -697,6 +736,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "server-cpu": server_cpu,
     "completion-running": completion_running,
     "claim-walk": claim_walk,
+    "drain-monitor": drain_monitor,
     "enqueue-jsonb": enqueue_jsonb,
     "enqueue-server": enqueue_server,
     "group-index": group_index,
