@@ -4,8 +4,8 @@ database so that machine noise hits both sides alike.
 
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
-        completion-running claim-walk drain-monitor enqueue-jsonb group-index enqueue-plain \
-        startup python-costs
+        completion-running claim-walk limited-walk drain-monitor enqueue-jsonb group-index \
+        enqueue-plain startup python-costs
 """
 
 from __future__ import annotations
@@ -729,6 +729,70 @@ def drain_monitor(scratch: Scratch, jobs: int = 60_000, seconds: float = 3.0) ->
             lib.drop()
 
 
+GROUP_IDX_BLOCKS = (
+    "SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes"
+    " WHERE indexrelname = 'runs_group_claim_idx'"
+)
+
+
+def limited_walk(scratch: Scratch, n: int = 100_000, segment: int = 20_000) -> None:
+    """claim-walk for a queue with limits (claim_limited, which reads runs_group_claim_idx):
+    `n` runs drained with claim_limited + complete.sql (batches of 50, one connection, no
+    vacuum), then VACUUM and one more segment; per segment the server CPU per run and the
+    group index's pages read per claim. Two queues: a queue limit only (every run in group
+    ''), and 100 groups with a group limit that is never reached."""
+    print(f"== limited-walk: {n:,} runs in segments of {segment:,}, no vacuum, then VACUUM")
+    for groups in (0, 100):
+        label = "queue limit, one group" if not groups else f"{groups} groups, group limit"
+        print(f"  -- {label}")
+        scratch.fresh()
+        with scratch.connect() as conn:
+            bulk_load(conn, n + segment)
+            if groups:
+                conn.execute("UPDATE pgqueue.runs SET group_key = 'g' || (id %% %s)", (groups,))
+            conn.execute(
+                "INSERT INTO pgqueue.queues (name, concurrency, group_concurrency)"
+                " VALUES ('bench', 1000000, %s)",
+                (1000000 if groups else None,),
+            )
+            vacuum_analyze(conn)
+            wid = uuid.uuid4()
+            params = {
+                "queue": "bench",
+                "limit": 50,
+                "worker_id": wid,
+                "lease_seconds": 300,
+                "finishing": [],
+            }
+            claim, complete = _sql.query("claim_limited"), _sql.query("complete")
+
+            def blocks() -> int:
+                row = conn.execute(GROUP_IDX_BLOCKS).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            claimed = 0
+            for k in range(n // segment + 1):
+                if k == n // segment:
+                    conn.execute("VACUUM pgqueue.runs")
+                cpu0, blocks0, done, claims = backend_cpu(conn), blocks(), 0, 0
+                while done < segment:
+                    with conn.cursor(row_factory=dict_row) as cur:
+                        rows = cur.execute(claim, params, prepare=True).fetchall()
+                    conn.execute(complete, _outcomes(rows, wid), prepare=True)
+                    done, claims = done + len(rows), claims + 1
+                cpu = 1e6 * (backend_cpu(conn) - cpu0) / done
+                pages = (blocks() - blocks0) / claims
+                label = "after VACUUM" if k == n // segment else f"{claimed:,} claimed before"
+                print(
+                    f"  {label:>24s}: server CPU {cpu:5.1f} us/run,"
+                    f" runs_group_claim_idx pages read per claim {pages:6.1f}",
+                    flush=True,
+                )
+                claimed += done
+    scratch.drop()
+
+
 EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "claim-any": claim_any,
     "claim-commit": claim_commit,
@@ -737,6 +801,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "completion-running": completion_running,
     "claim-walk": claim_walk,
     "drain-monitor": drain_monitor,
+    "limited-walk": limited_walk,
     "enqueue-jsonb": enqueue_jsonb,
     "enqueue-server": enqueue_server,
     "group-index": group_index,

@@ -1,7 +1,7 @@
 -- Claim runs of a queue with a concurrency and/or group_concurrency limit: see
--- pgqueue.claim_limited() (migration 0005) for the rules. One statement, one transaction:
--- run it in autocommit. `finishing`: lease tokens of this worker's runs whose outcome is
--- being written; their code has returned, so they hold no permit.
+-- pgqueue.claim_limited() (migrations 0005 to 0007) for the rules. One statement, one
+-- transaction: run it in autocommit. `finishing`: lease tokens of this worker's runs
+-- whose outcome is being written; their code has returned, so they hold no permit.
 -- The worker passes no `finishing` runs: a run holds its permit until its outcome
 -- commits, so the queue never shows more valid leases than its limit. Unlike claim.sql,
 -- this claim commits synchronously: the async gain was measured for claim.sql only.

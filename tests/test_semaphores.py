@@ -488,3 +488,79 @@ def test_two_limit_changes_at_once_take_turns(app: pgqueue.App, dsn: str) -> Non
     with psycopg.connect(dsn) as c:
         rows = c.execute("SELECT DISTINCT queue, limited FROM pgqueue.runs ORDER BY 1").fetchall()
     assert rows == [("qa", True), ("qb", True)]
+
+
+# -- the claim hint: a limited claim continues after the last one (migration 0007) ---------
+
+
+def claim_blocks(conn: psycopg.Connection[Any], limit: int) -> tuple[int, list[Any], list[int]]:
+    """Blocks one limited claim of queue q touches, its nested plans and the ids it takes
+    (rolled back: the database is as before)."""
+    params = {
+        "queue": "q",
+        "limit": limit,
+        "worker_id": WORKER,
+        "lease_seconds": 30,
+        "finishing": [],
+    }
+    for _ in range(6):  # past plpgsql's fifth call: its generic plans are the ones measured
+        with conn.transaction(force_rollback=True):
+            conn.execute(_sql.query("claim_limited"), params)
+    plans = explain_nested(conn, _sql.query("claim_limited"), params)
+    with conn.transaction(force_rollback=True):
+        ids = sorted(r[0] for r in conn.execute(_sql.query("claim_limited"), params))
+    outer = plans[-1]["Plan"]
+    return outer.get("Shared Hit Blocks", 0) + outer.get("Shared Read Blocks", 0), plans, ids
+
+
+def test_limited_claim_starts_after_the_hint(conn: psycopg.Connection[Any]) -> None:
+    """30,000 runs of the queue left `queued` since the last vacuum: a claim from the front
+    reads their dead entries in runs_group_claim_idx; one from the hint steps over them."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 1000000);
+        INSERT INTO pgqueue.runs (task, queue, state, limited)
+        SELECT 't', 'q', 'queued', true FROM generate_series(1, 30200);
+        ANALYZE pgqueue.runs;
+        UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now()
+         WHERE id <= (SELECT min(id) + 29999 FROM pgqueue.runs);
+    """)
+    first = int(scalar_conn(conn, "SELECT min(id) FROM pgqueue.runs WHERE state = 'queued'"))
+    conn.execute("UPDATE pgqueue.queues SET hint_since = NULL")
+    stale, _, stale_ids = claim_blocks(conn, 50)
+    conn.execute(
+        "UPDATE pgqueue.queues SET hint_priority = 0, hint_group = '', hint_id = %s,"
+        " hint_since = clock_timestamp() + interval '1 hour'",  # fresh for the whole test
+        (first - 1,),
+    )
+    hinted, plans, hinted_ids = claim_blocks(conn, 50)
+    assert stale_ids == hinted_ids == list(range(first, first + 50))
+    assert not [n for n in seq_scans(plans) if n == "runs"], "the claim scanned pgqueue.runs"
+    assert "runs_group_claim_idx" in json.dumps(plans)
+    assert hinted * 3 < stale, f"from the hint: {hinted} blocks; from the front: {stale}"
+
+
+def test_a_run_behind_the_hint_waits_for_the_next_claim_from_the_front(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 100);
+        INSERT INTO pgqueue.runs (task, queue, state, limited)
+        SELECT 'r' || i, 'q', 'queued', true FROM generate_series(1, 5) i;
+    """)
+    assert claim_limited(conn, 3) == [("", "r1"), ("", "r2"), ("", "r3")]
+    hint = conn.execute(
+        "SELECT q.hint_priority, q.hint_group, r.task FROM pgqueue.queues q"
+        " JOIN pgqueue.runs r ON r.id = q.hint_id"
+    ).fetchone()
+    assert hint == (0, "", "r3")
+    # r1 comes back to the queue (as a retry or a rescue would bring it) behind the hint
+    conn.execute(
+        "UPDATE pgqueue.runs SET state = 'queued', lease_token = NULL, lease_expires_at = NULL,"
+        " worker_id = NULL WHERE task = 'r1'"
+    )
+    conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() + interval '1 hour'")
+    assert claim_limited(conn, 1) == [("", "r4")]
+    # the hint's time is up (0.1 s in production): the next claim reads from the front
+    conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() - interval '1 hour'")
+    assert claim_limited(conn, 1) == [("", "r1")]
+    assert claim_limited(conn, 5) == [("", "r5")]
