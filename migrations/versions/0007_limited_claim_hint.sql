@@ -8,8 +8,8 @@
 -- worker marks; a limited queue's claims take turns under the queue's row lock, so one
 -- hint per queue, kept in its row, is exact for every worker.
 --
--- The hint names the (priority, group) where the last claims took the most runs and the
--- largest id they took there: every run of that group and priority up to that id had
+-- The hint names a (priority, group) the last claim took runs from (the first group it
+-- served at the last priority it took runs of) and the largest id it took there: every run of that group and priority up to that id had
 -- left `queued` when it was taken, and scans of that group start after it. Runs that come
 -- back to `queued` behind it (retries, woken workflows, rescued runs) or whose enqueue
 -- commits late are found by the next claim from the front: a hint lives 0.1 s from the
@@ -87,7 +87,10 @@ DECLARE
     last     text;
     hid      bigint := 0;          -- the hint, when it applies (0: it does not)
     since    timestamptz;
-    top      record;
+    more     bigint[];
+    next_lvl smallint;             -- the next hint: the first group served at the last
+    next_grp text;                 -- priority with picks, and the largest id taken there
+    next_id  bigint;
 BEGIN
     SELECT * INTO q FROM pgqueue.queues WHERE name = p_queue FOR UPDATE;
     IF NOT FOUND OR q.paused THEN
@@ -191,6 +194,11 @@ BEGIN
                 picked := picked || run_id;
                 turns := turns || k;
                 last := k;
+                IF cardinality(turns) = 1 THEN
+                    next_lvl := lvl;
+                    next_grp := k;
+                    next_id := run_id;
+                END IF;
                 EXIT by_priority WHEN cardinality(picked) >= budget;
             END LOOP;
         END LOOP;
@@ -198,9 +206,12 @@ BEGIN
         -- Phase B: every group with room at this priority has had a turn and permits
         -- are left: those groups get further runs of this priority, turn after turn.
         IF cardinality(turns) > 0 THEN
-            picked := picked || ARRAY(
-                SELECT c.id
-                FROM (SELECT x.id, g.turn, g.room,
+            SELECT coalesce(array_agg(z.id), '{}'),
+                   greatest(next_id, max(z.id) FILTER (WHERE z.group_key = next_grp))
+              INTO more, next_id
+              FROM (
+                SELECT c.id, c.group_key
+                FROM (SELECT x.id, g.group_key, g.turn, g.room,
                              row_number() OVER (PARTITION BY g.group_key ORDER BY x.id) AS nth
                         FROM (SELECT t.group_key, t.turn,
                                      least(budget,
@@ -224,7 +235,8 @@ BEGIN
                        WHERE g.room > 0) c
                 WHERE c.nth <= c.room
                 ORDER BY c.nth, c.turn
-                LIMIT budget - cardinality(picked));
+                LIMIT budget - cardinality(picked)) z;
+            picked := picked || more;
             EXIT by_priority WHEN cardinality(picked) >= budget;
             -- Before the next priority: every run picked so far, per group.
             SELECT coalesce(jsonb_object_agg(u.group_key, u.n), '{}') INTO used
@@ -234,22 +246,18 @@ BEGIN
         lvl := pgqueue.claim_next_priority(p_queue, lvl, q.hint_priority, q.hint_group, hid);
     END LOOP;
 
-    -- The next hint: where this claim took the most runs. Within one (priority, group)
-    -- a claim takes runs in id order from where its scan started (the group's front, or
-    -- the hint), so every run up to the largest id taken there has left `queued`.
-    SELECT r.priority, r.group_key, max(r.id) AS id INTO top
-      FROM pgqueue.runs r WHERE r.id = ANY (picked)
-     GROUP BY r.priority, r.group_key
-     ORDER BY count(*) DESC, r.priority, r.group_key LIMIT 1;
-    IF FOUND THEN
-        IF NOT (hid > 0 AND top.priority = q.hint_priority AND top.group_key = q.hint_group)
-        THEN
-            -- a scan of this group from its front: the hint starts a new life
+    -- The next hint. Within one (priority, group) a claim takes runs in id order from
+    -- where its scan started (the group's front, or the hint), so every run up to the
+    -- largest id it took there has left `queued`. With one group (a queue with a
+    -- `concurrency` only), that is the queue's every claim.
+    IF next_grp IS NOT NULL THEN
+        IF NOT (hid > 0 AND next_lvl = q.hint_priority AND next_grp = q.hint_group) THEN
+            -- this group was read from its front: the hint starts a new life
             since := clock_timestamp();
         END IF;
         UPDATE pgqueue.queues
-           SET rr_cursor = last, hint_priority = top.priority, hint_group = top.group_key,
-               hint_id = top.id, hint_since = since
+           SET rr_cursor = last, hint_priority = next_lvl, hint_group = next_grp,
+               hint_id = next_id, hint_since = since
          WHERE name = p_queue;
     ELSIF last IS DISTINCT FROM q.rr_cursor THEN
         UPDATE pgqueue.queues SET rr_cursor = last WHERE name = p_queue;
