@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-import math
 import os
 import resource
 import statistics
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 
 from bench import apps
@@ -633,10 +634,55 @@ def completion_running(
     scratch.drop()
 
 
-CLAIM_IDX_BLOCKS = (
-    "SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes"
-    " WHERE indexrelname = 'runs_claim_idx'"
-)
+def claim_and_complete(
+    conn: Conn, claim: str, params: dict[str, Any], wid: uuid.UUID, marks: ClaimMarks | None
+) -> int:
+    """One claim (from the worker's marks when given, else as `params` say) and the
+    completion of every run it took; the number of runs."""
+    start = marks.start("bench") if marks is not None else {}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(claim, params | start, prepare=True).fetchall()
+    if marks is not None:
+        marks.landed("bench", rows)
+    conn.execute(_sql.query("complete"), _outcomes(rows, wid), prepare=True)
+    return len(rows)
+
+
+def walk_segments(
+    conn: Conn, n: int, segment: int, claim_once: Callable[[], int], index: str
+) -> None:
+    """Drain `n` runs with `claim_once` (one claim + its completion; returns the runs it
+    took) in segments of `segment`, then VACUUM and drain one more; print per segment the
+    backend's CPU per run and the pages of `index` read per claim."""
+
+    def blocks() -> int:
+        # A backend reports its statistics at most once a second unless told to: without
+        # this, a segment's pages land partly in the next one's figure.
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        row = conn.execute(
+            "SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes"
+            " WHERE indexrelname = %s",
+            (index,),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    claimed = 0
+    for k in range(n // segment + 1):
+        if k == n // segment:
+            conn.execute("VACUUM pgqueue.runs")
+        cpu0, blocks0, done, claims = backend_cpu(conn), blocks(), 0, 0
+        while done < segment:
+            done, claims = done + claim_once(), claims + 1
+        cpu = 1e6 * (backend_cpu(conn) - cpu0) / done
+        pages = (blocks() - blocks0) / claims
+        label = "after VACUUM" if k == n // segment else f"{claimed:,} claimed before"
+        print(
+            f"  {label:>24s}: server CPU {cpu:5.1f} us/run,"
+            f" {index} pages read per claim {pages:6.1f}",
+            flush=True,
+        )
+        claimed += done
 
 
 def claim_walk(scratch: Scratch, n: int = 200_000, segment: int = 20_000) -> None:
@@ -658,35 +704,13 @@ def claim_walk(scratch: Scratch, n: int = 200_000, segment: int = 20_000) -> Non
             conn.execute("SET plan_cache_mode = force_generic_plan")
             wid = uuid.uuid4()
             params = {"queue": "bench", "limit": 50, "worker_id": wid, "lease_seconds": 300}
-            marks = ClaimMarks(every=math.inf if side == "from the front" else FRONT_EVERY)
-            claim, complete = _sql.query("claim"), _sql.query("complete")
-
-            def blocks() -> int:
-                row = conn.execute(CLAIM_IDX_BLOCKS).fetchone()
-                assert row is not None
-                return int(row[0])
-
-            claimed = 0
-            for k in range(n // segment + 1):
-                if k == n // segment:
-                    conn.execute("VACUUM pgqueue.runs")
-                cpu0, blocks0, done, claims = backend_cpu(conn), blocks(), 0, 0
-                while done < segment:
-                    start = marks.start("bench") if side != "from the front" else FROM_FRONT
-                    with conn.cursor(row_factory=dict_row) as cur:
-                        rows = cur.execute(claim, params | start, prepare=True).fetchall()
-                    marks.landed("bench", rows)
-                    conn.execute(complete, _outcomes(rows, wid), prepare=True)
-                    done, claims = done + len(rows), claims + 1
-                cpu = 1e6 * (backend_cpu(conn) - cpu0) / done
-                pages = (blocks() - blocks0) / claims
-                label = "after VACUUM" if k == n // segment else f"{claimed:,} claimed before"
-                print(
-                    f"  {label:>24s}: server CPU {cpu:5.1f} us/run,"
-                    f" runs_claim_idx pages read per claim {pages:6.1f}",
-                    flush=True,
-                )
-                claimed += done
+            marks = None if side == "from the front" else ClaimMarks(every=FRONT_EVERY)
+            if marks is None:
+                params |= FROM_FRONT
+            once = functools.partial(
+                claim_and_complete, conn, _sql.query("claim"), params, wid, marks
+            )
+            walk_segments(conn, n, segment, once, "runs_claim_idx")
     scratch.drop()
 
 
@@ -705,7 +729,7 @@ def drain_monitor(scratch: Scratch, jobs: int = 60_000, seconds: float = 3.0) ->
         lib.fresh()
         try:
             lib.bulk(jobs // 1000 - 2, 1000)
-            with compare.psycopg.connect(lib.dsn, autocommit=True) as conn:
+            with psycopg.connect(lib.dsn, autocommit=True) as conn:
                 lib.vacuum(conn)
                 ways = (
                     ("count, every 20 ms (bench.cpu before)", lib.unfinished_sql(), 0.02),
@@ -727,12 +751,6 @@ def drain_monitor(scratch: Scratch, jobs: int = 60_000, seconds: float = 3.0) ->
         finally:
             lib.close()
             lib.drop()
-
-
-GROUP_IDX_BLOCKS = (
-    "SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes"
-    " WHERE indexrelname = 'runs_group_claim_idx'"
-)
 
 
 def limited_walk(scratch: Scratch, n: int = 100_000, segment: int = 20_000) -> None:
@@ -764,32 +782,9 @@ def limited_walk(scratch: Scratch, n: int = 100_000, segment: int = 20_000) -> N
                 "lease_seconds": 300,
                 "finishing": [],
             }
-            claim, complete = _sql.query("claim_limited"), _sql.query("complete")
-
-            def blocks() -> int:
-                row = conn.execute(GROUP_IDX_BLOCKS).fetchone()
-                assert row is not None
-                return int(row[0])
-
-            claimed = 0
-            for k in range(n // segment + 1):
-                if k == n // segment:
-                    conn.execute("VACUUM pgqueue.runs")
-                cpu0, blocks0, done, claims = backend_cpu(conn), blocks(), 0, 0
-                while done < segment:
-                    with conn.cursor(row_factory=dict_row) as cur:
-                        rows = cur.execute(claim, params, prepare=True).fetchall()
-                    conn.execute(complete, _outcomes(rows, wid), prepare=True)
-                    done, claims = done + len(rows), claims + 1
-                cpu = 1e6 * (backend_cpu(conn) - cpu0) / done
-                pages = (blocks() - blocks0) / claims
-                label = "after VACUUM" if k == n // segment else f"{claimed:,} claimed before"
-                print(
-                    f"  {label:>24s}: server CPU {cpu:5.1f} us/run,"
-                    f" runs_group_claim_idx pages read per claim {pages:6.1f}",
-                    flush=True,
-                )
-                claimed += done
+            claim = _sql.query("claim_limited")
+            once = functools.partial(claim_and_complete, conn, claim, params, wid, None)
+            walk_segments(conn, n, segment, once, "runs_group_claim_idx")
     scratch.drop()
 
 

@@ -2,9 +2,9 @@
 --
 -- Every run claimed since the last VACUUM leaves a dead entry at the front of its group
 -- in runs_group_claim_idx, and claim_limited() read through all of them up to three times
--- per claim (the first priority, the group's first run, the group's further runs): 120
--- index pages per claim of 50 after 20,000 claims, 990 after 80,000, and server CPU per
--- run from 34 to 48 us (bench/RESULTS.md, session 6). claim.sql solved this with per-
+-- per claim (the first priority, the group's first run, the group's further runs): 161
+-- index pages per claim of 50 at first, 1,343 after 80,000 runs, and server CPU per run
+-- from 41 to 56 us (bench/RESULTS.md, session 6). claim.sql solved this with per-
 -- worker marks; a limited queue's claims take turns under the queue's row lock, so one
 -- hint per queue, kept in its row, is exact for every worker.
 --
