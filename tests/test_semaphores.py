@@ -539,13 +539,13 @@ def test_limited_claim_starts_after_the_hint(conn: psycopg.Connection[Any]) -> N
     assert hinted * 3 < stale, f"from the hint: {hinted} blocks; from the front: {stale}"
 
 
-def test_a_run_behind_the_hint_waits_for_the_next_claim_from_the_front(
+def test_a_run_behind_the_hint_waits_for_a_claim_from_the_front(
     conn: psycopg.Connection[Any],
 ) -> None:
     conn.execute("""
         INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 100);
         INSERT INTO pgqueue.runs (task, queue, state, limited)
-        SELECT 'r' || i, 'q', 'queued', true FROM generate_series(1, 5) i;
+        SELECT 'r' || i, 'q', 'queued', true FROM generate_series(1, 7) i;
     """)
     assert claim_limited(conn, 3) == [("", "r1"), ("", "r2"), ("", "r3")]
     hint = conn.execute(
@@ -553,14 +553,32 @@ def test_a_run_behind_the_hint_waits_for_the_next_claim_from_the_front(
         " JOIN pgqueue.runs r ON r.id = q.hint_id"
     ).fetchone()
     assert hint == (0, "", "r3")
-    # r1 comes back to the queue (as a retry or a rescue would bring it) behind the hint
-    conn.execute(
-        "UPDATE pgqueue.runs SET state = 'queued', lease_token = NULL, lease_expires_at = NULL,"
-        " worker_id = NULL WHERE task = 'r1'"
-    )
-    conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() + interval '1 hour'")
+
+    def back(task: str) -> None:
+        """The run comes back to the queue, as a retry or a rescue would bring it."""
+        conn.execute(
+            "UPDATE pgqueue.runs SET state = 'queued', lease_token = NULL,"
+            " lease_expires_at = NULL, worker_id = NULL WHERE task = %s",
+            (task,),
+        )
+
+    def fresh_hint() -> None:  # for the whole test, not 0.1 s
+        conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() + interval '1 h'")
+
+    back("r1")
+    fresh_hint()
+    # enough runs after the hint: r1 waits
     assert claim_limited(conn, 1) == [("", "r4")]
+    # fewer after the hint (r5 to r7) than the claim may take: it reads from the front
+    assert claim_limited(conn, 5) == [("", "r1"), ("", "r5"), ("", "r6"), ("", "r7")]
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, limited)"
+        " VALUES ('r8', 'q', 'queued', true), ('r9', 'q', 'queued', true)"
+    )
+    back("r2")
+    fresh_hint()
+    assert claim_limited(conn, 1) == [("", "r8")]
     # the hint's time is up (0.1 s in production): the next claim reads from the front
-    conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() - interval '1 hour'")
-    assert claim_limited(conn, 1) == [("", "r1")]
-    assert claim_limited(conn, 5) == [("", "r5")]
+    conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() - interval '1 h'")
+    assert claim_limited(conn, 1) == [("", "r2")]
+    assert claim_limited(conn, 5) == [("", "r9")]
