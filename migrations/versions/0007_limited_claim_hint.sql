@@ -9,11 +9,13 @@
 -- hint per queue, kept in its row, is exact for every worker.
 --
 -- The hint names a (priority, group) the last claim took runs from (the first group it
--- served at the last priority it took runs of) and the largest id it took there: every run of that group and priority up to that id had
--- left `queued` when it was taken, and scans of that group start after it. Runs that come
--- back to `queued` behind it (retries, woken workflows, rescued runs) or whose enqueue
--- commits late are found by the next claim from the front: a hint lives 0.1 s from the
--- claim from the front that it descends from (hint_since), as claim.sql's marks do.
+-- served at the last priority it took runs of) and the largest id it took there: every
+-- run of that group and priority up to that id had left `queued` when it was taken, and
+-- scans of that group start after it. Runs that come back to `queued` behind it
+-- (retries, woken workflows, rescued runs) or whose enqueue commits late are found by
+-- the first claim that finds fewer runs after the hint than it may take, or by the next
+-- claim from the front: a hint lives 0.1 s from the claim from the front that it
+-- descends from (hint_since), as claim.sql's marks do.
 
 ALTER TABLE pgqueue.queues
     ADD COLUMN hint_priority smallint,
