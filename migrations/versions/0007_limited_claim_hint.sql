@@ -88,7 +88,6 @@ DECLARE
     run_id   bigint;
     last     text;
     hid      bigint := 0;          -- the hint, when it applies (0: it does not)
-    since    timestamptz;
     more     bigint[];
     next_lvl smallint;             -- the next hint: the first group served at the last
     next_grp text;                 -- priority with picks, and the largest id taken there
@@ -115,9 +114,6 @@ BEGIN
     -- The hint applies for 0.1 s after the claim from the front it descends from.
     IF q.hint_id IS NOT NULL AND q.hint_since > clock_timestamp() - interval '100 ms' THEN
         hid := q.hint_id;
-        since := q.hint_since;
-    ELSE
-        since := clock_timestamp();
     END IF;
 
     -- Two passes at most: the first from the hint, if one applies. A claim that finds
@@ -149,7 +145,6 @@ BEGIN
                                       ORDER BY u.priority, u.id LIMIT 1000));
             IF FOUND THEN
                 hid := 0;
-                since := clock_timestamp();
                 lvl := pgqueue.claim_next_priority(p_queue, -32769, NULL, NULL, 0);
             END IF;
         END IF;
@@ -258,7 +253,6 @@ BEGIN
         END LOOP;
         EXIT passes WHEN hid = 0 OR cardinality(picked) >= budget;
         hid := 0;
-        since := clock_timestamp();
     END LOOP;
 
     -- The next hint. Within one (priority, group) a claim takes runs in id order from
@@ -266,13 +260,14 @@ BEGIN
     -- largest id it took there has left `queued`. With one group (a queue with a
     -- `concurrency` only), that is the queue's every claim.
     IF next_grp IS NOT NULL THEN
-        IF NOT (hid > 0 AND next_lvl = q.hint_priority AND next_grp = q.hint_group) THEN
-            -- this group was read from its front: the hint starts a new life
-            since := clock_timestamp();
-        END IF;
         UPDATE pgqueue.queues
            SET rr_cursor = last, hint_priority = next_lvl, hint_group = next_grp,
-               hint_id = next_id, hint_since = since
+               hint_id = next_id,
+               -- read after the hint, it keeps the hint's time; read from the group's
+               -- front, it starts a new life
+               hint_since = CASE WHEN hid > 0 AND next_lvl = q.hint_priority
+                                      AND next_grp = q.hint_group
+                                 THEN q.hint_since ELSE clock_timestamp() END
          WHERE name = p_queue;
     ELSIF last IS DISTINCT FROM q.rr_cursor THEN
         UPDATE pgqueue.queues SET rr_cursor = last WHERE name = p_queue;
