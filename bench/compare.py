@@ -13,7 +13,10 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
    `Task.defer_async`, `Queries.enqueue`);
 3. processing: one worker process started the way the library's docs show
    (`python -m pgqueue worker`, `procrastinate worker`, `pgq run`), async no-op tasks,
-   concurrency/batch 100, drains everything steps 1-2 left queued. Rate = jobs / time
+   claims of up to 100 jobs (pgqueuer `batch_size=100`, no concurrency limit; pgqueue
+   `--concurrency 200`, which claims half its concurrency at a time; procrastinate
+   `--concurrency 100`, which fetches one job per query), drains everything steps 1-2
+   left queued. Rate = jobs / time
    from the first job leaving the queue to the last finishing, seen by probing the
    library's own table every 10 ms (clock_timestamp(), same method for all three; the
    probes are index lookups, see watch_drain: counting the queue on every poll took a
@@ -26,7 +29,8 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
 3c. deep queue: --deep jobs (60,000) bulk-enqueued (untimed), drained by one worker
    process, then again by two. A drain of step 3's ~12k jobs is over in about a second at
    these rates, mostly start-up; this one measures the steady state of a queue that
-   stays deep (and shows whose claim slows down as the queue grows);
+   stays deep (and shows whose claim slows down as the queue grows); pgqueue once more
+   with `--concurrency 100` (claims of 50), the setting of earlier sessions;
 4b. chains: a 4-task chain (each task enqueues the next: `enqueue_async`,
    procrastinate's `defer_async` from the job context, pgqueuer's `Queries.enqueue` on the
    PgQueuer's own driver) in all three, and a 4-step workflow (`ctx.step` x4) in pgqueue,
@@ -77,6 +81,12 @@ UDP_ENV = "PGQUEUE_CMP_UDP"
 QUEUE = "cmp"
 OTHER = "other"
 CONCURRENCY = 100
+# Jobs a claim may take: pgqueuer's batch_size. pgqueue claims half its concurrency at a
+# time (two claims in flight), so it runs with twice that: the rule pgqueuer itself sets
+# when it has a limit (max_concurrent_tasks >= 2 x batch_size; here it has none).
+# `--concurrency 100` (claims of 50, the setting of sessions 2 to 6) is measured too.
+BATCH = 100
+PGQUEUE_CONCURRENCY = 2 * BATCH
 LIBS = ("pgqueue", "procrastinate", "pgqueuer")
 RESULTS = ROOT / "bench" / "results"
 
@@ -322,6 +332,8 @@ def _rate(n: int, fn: Callable[[], None]) -> float:
 
 
 class PgqueueLib(Lib):
+    concurrency: int = PGQUEUE_CONCURRENCY
+
     def install(self) -> None:
         migrate.upgrade(self.dsn)
         pgq_app.configure(dsn=self.dsn)
@@ -330,7 +342,7 @@ class PgqueueLib(Lib):
         return [
             sys.executable,
             *("-m", "pgqueue", "worker", "--app", "bench.compare:pgq_app", "--dsn", self.dsn),
-            *("--queues", QUEUE, "--concurrency", str(CONCURRENCY), "--log-level", "WARNING"),
+            *("--queues", QUEUE, "--concurrency", str(self.concurrency), "--log-level", "WARNING"),
         ]
 
     def bulk(self, batches: int, size: int) -> float:
@@ -549,7 +561,7 @@ class PgqueuerLib(_AsyncLib):
         # (setup_fancy_logger gets a str, not a LogLevel)
         code = (
             "import uvloop, pgqueuer; uvloop.run(pgqueuer.run("
-            f"'bench.compare:pgqueuer_main', batch_size={CONCURRENCY}))"
+            f"'bench.compare:pgqueuer_main', batch_size={BATCH}))"
         )
         return [sys.executable, "-c", code]
 
@@ -856,6 +868,8 @@ class Samples:
     flow_p95: list[float] = field(default_factory=list)
     deep: list[float] = field(default_factory=list)
     deep2: list[float] = field(default_factory=list)
+    deep_c100: list[float] = field(default_factory=list)
+    deep2_c100: list[float] = field(default_factory=list)
     backlog: list[float] = field(default_factory=list)
     backlog_ratio: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -887,6 +901,19 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
                 rate, n = drain_rate(lib, args.cap, workers=workers)
                 getattr(s, kind).append(rate)
                 log(f"deep queue, {workers} worker(s): {rate:,.0f} jobs/s ({n:,} jobs)")
+            if isinstance(lib, PgqueueLib):  # the setting of earlier sessions
+                lib.concurrency = CONCURRENCY
+                try:
+                    for kind, workers in (("deep_c100", 1), ("deep2_c100", 2)):
+                        lib.bulk(args.deep // 1000 - 2, 1000)
+                        rate, n = drain_rate(lib, args.cap, workers=workers)
+                        getattr(s, kind).append(rate)
+                        log(
+                            f"deep queue, {workers} worker(s), --concurrency {CONCURRENCY}:"
+                            f" {rate:,.0f} jobs/s ({n:,} jobs)"
+                        )
+                finally:
+                    lib.concurrency = PGQUEUE_CONCURRENCY
         lat = pickup(lib, args.pickups, 10, r)
         for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
             dest.append(percentile(lat, q))
@@ -930,6 +957,8 @@ ROWS = (
     ("process2_ratio", "2 processes / 1 process, same repeat", "x", True),
     ("deep", "no-op processing, 60k jobs queued, 1 worker process", "jobs/s", True),
     ("deep2", "no-op processing, 60k jobs queued, 2 worker processes", "jobs/s", True),
+    ("deep_c100", "same, 1 worker process, pgqueue --concurrency 100", "jobs/s", True),
+    ("deep2_c100", "same, 2 worker processes, pgqueue --concurrency 100", "jobs/s", True),
     ("p50", "idle pickup p50", "ms", False),
     ("p95", "idle pickup p95", "ms", False),
     ("p99", "idle pickup p99", "ms", False),
