@@ -333,6 +333,7 @@ def _rate(n: int, fn: Callable[[], None]) -> float:
 
 class PgqueueLib(Lib):
     concurrency: int = PGQUEUE_CONCURRENCY
+    worker_args: tuple[str, ...] = ()  # more `pgqueue worker` options (bench.cpu A/Bs)
 
     def install(self) -> None:
         migrate.upgrade(self.dsn)
@@ -343,6 +344,7 @@ class PgqueueLib(Lib):
             sys.executable,
             *("-m", "pgqueue", "worker", "--app", "bench.compare:pgq_app", "--dsn", self.dsn),
             *("--queues", QUEUE, "--concurrency", str(self.concurrency), "--log-level", "WARNING"),
+            *self.worker_args,
         ]
 
     def bulk(self, batches: int, size: int) -> float:

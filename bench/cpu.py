@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -120,19 +121,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=60_000, help="jobs per drain (multiple of 1,000)")
     p.add_argument("--workers", default="1,2", help="worker process counts")
     p.add_argument("--bulk", type=int, default=0, help="bulk enqueue samples (0: none)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=OPTIONS",
+        help="a pgqueue worker run with these extra `pgqueue worker` options, e.g."
+        " 'plain=--no-tune-gc' (repeatable; measured alongside --libs, interleaved)",
+    )
     args = p.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",")]
+    variants = dict(v.split("=", 1) for v in args.variant)
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     print(f"`python -m bench.cpu {' '.join(sys.argv[1:] if argv is None else argv)}`")
     for r in range(args.repeat):
-        for name in args.libs.split(","):
+        for name in [*args.libs.split(","), *variants]:
             for workers in counts:
-                lib = compare.CLASSES[name](name, args.server)
+                if name in variants:
+                    lib = compare.PgqueueLib("pgqueue", args.server)
+                    lib.worker_args = tuple(shlex.split(variants[name]))
+                else:
+                    lib = compare.CLASSES[name](name, args.server)
                 got = drain(lib, workers, args.runs)
                 results.setdefault((name, workers), []).append(got)
                 line = ", ".join(f"{k} {v:,.1f}" for k, v in got.items())
                 print(f"  [r{r + 1}] {name}, {workers} worker(s): {line}", flush=True)
-            if args.bulk:
+            if args.bulk and name not in variants:
                 lib = compare.CLASSES[name](name, args.server)
                 lib.fresh()
                 try:

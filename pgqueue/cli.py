@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -282,6 +283,13 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     type=click.IntRange(0, 65535),
     help="Serve Prometheus metrics on this port (needs pgqueue[metrics]).",
 )
+@click.option(
+    "--tune-gc/--no-tune-gc",
+    default=True,
+    show_default=True,
+    help="Freeze start-up objects and collect the young generation every 10,000"
+    " allocations (gc): 15-20% less worker CPU per short run. See docs/scaling.md.",
+)
 @retention_options
 @click.pass_context
 def worker(
@@ -298,6 +306,7 @@ def worker(
     log_level: str,
     log_format: str,
     metrics_port: int | None,
+    tune_gc: bool,
     keep_succeeded: timedelta | None,
     keep_failed: timedelta | None,
     keep_canceled: timedelta | None,
@@ -318,7 +327,7 @@ def worker(
     _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
-    app.worker(
+    runner = app.worker(
         queues=names,
         concurrency=concurrency,
         lease_seconds=lease_seconds,
@@ -326,7 +335,11 @@ def worker(
         poll_interval=poll_interval,
         metrics_port=metrics_port,
         retention=keep_history,
-    ).run(burst=burst)
+    )
+    from pgqueue.worker._gc import tuned_gc
+
+    with tuned_gc() if tune_gc else contextlib.nullcontext():
+        runner.run(burst=burst)
 
 
 @cli.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 import pgqueue
 from pgqueue.cli import main
+from pgqueue.worker._gc import YOUNG_THRESHOLD
 from tests.helpers import ROOT
 
 
@@ -69,6 +71,22 @@ def test_burst_worker_from_the_cli(capsys: Any, dsn: str, app: pgqueue.App) -> N
     code, _, _ = cli(capsys, "worker", "--dsn", dsn, "--app", "tests.apps.basic:app", "--burst")
     assert code == 0
     assert app.get_run(h.id).result == 3
+
+
+def test_the_cli_worker_tunes_the_collector_and_restores_it(
+    capsys: Any, dsn: str, app: pgqueue.App
+) -> None:
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    base = ["worker", "--dsn", dsn, "--app", "tests.apps.basic:app", "--burst"]
+    tuned = app.enqueue_by_name("gc_state")
+    assert cli(capsys, *base)[0] == 0
+    young, frozen = app.get_run(tuned.id).result
+    assert young == YOUNG_THRESHOLD != before[0] and frozen > 1000
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    plain = app.enqueue_by_name("gc_state")
+    assert cli(capsys, *base, "--no-tune-gc")[0] == 0
+    assert app.get_run(plain.id).result == [before[0], 0]
 
 
 def test_user_errors(capsys: Any, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 
@@ -30,6 +31,12 @@ def record(tag: str, run_id: int | None = None) -> None:
 @app.task(name="noop")
 def noop(n: int = 0) -> int:
     return n
+
+
+@app.task(name="gc_state")
+async def gc_state() -> list[int]:
+    """The worker process's collector settings: [young threshold, frozen objects]."""
+    return [gc.get_threshold()[0], gc.get_freeze_count()]
 
 
 @app.task(name="effect")
