@@ -11,6 +11,7 @@ first job leaving the queue and the last finishing it reads:
 - CPU seconds of the worker processes and of every `postgres` process on the machine
   (/proc/<pid>/stat, user + system), per run;
 - how busy the machine was (/proc/stat), in cores;
+- the largest peak resident set size (VmHWM) of the worker processes at the drain's end;
 - from pg_stat_wal and pg_stat_database: WAL flushes (fsync), WAL records and commits,
   per 1,000 runs (PostgreSQL 14+), read after the workers exit (backends report these
   counts at most once a second); they include the workers' start and stop, a few
@@ -59,6 +60,18 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICK
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set size so far (VmHWM), in MB; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
 def postgres_pids() -> list[int]:
     out = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -93,6 +106,7 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
                 compare.watch_drain(conn, lib, procs, n, since, on_start=on_start)
                 t1, w1, m1 = time.monotonic(), cpu_seconds(pids), machine_busy()
                 pg1 = cpu_seconds(postgres_pids())
+                peak = max(peak_rss_mb(pid) for pid in pids)
             # Backends report WAL and commit counts at most once a second, and when they
             # exit: read them once the workers (and so their backends) are gone.
             wal1 = conn.execute(WAL).fetchone()
@@ -107,6 +121,7 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
         "worker us/run": 1e6 * (w1 - w0) / n,
         "server us/run": 1e6 * (pg1 - pg0) / n,
         "busy cores": (m1[0] - m0[0]) / (m1[1] - m0[1]) * (os.cpu_count() or 1),
+        "worker peak MB": peak,
         "flushes/1k": per_k[0],
         "WAL records/1k": per_k[1],
         "commits/1k": per_k[2],

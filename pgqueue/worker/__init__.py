@@ -405,10 +405,13 @@ class Worker:
         if not limited:
             self.marks.landed(queue, rows)
         rows.sort(key=lambda r: (r["priority"], r["id"]))
+        # the loop's own create_task: asyncio.create_task looks the loop up and names
+        # the task, per run
+        start = asyncio.get_running_loop().create_task
         for row in rows:
             held = Held(row["id"], row["lease_token"], row, self.app.make_context(row))
             self.held[held.lease_token] = held
-            held.task = asyncio.create_task(self._execute(held))
+            held.task = start(self._execute(held))
             self._executing.add(held.task)
             self.pickup_seconds.append(max(0.0, row["pickup_seconds"]))
         self.stats["claimed"] += len(rows)
@@ -448,7 +451,8 @@ class Worker:
             log.exception("run %s: internal error in the worker", held.id)
         finally:
             self._free(held)
-            self._executing.discard(asyncio.current_task())  # type: ignore[arg-type]
+            if held.task is not None:  # this task (set before it first runs)
+                self._executing.discard(held.task)
 
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
