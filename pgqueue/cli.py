@@ -336,7 +336,7 @@ def worker(
         metrics_port=metrics_port,
         retention=keep_history,
     )
-    from pgqueue.worker._gc import tuned_gc
+    from pgqueue.worker import tuned_gc
 
     with tuned_gc() if tune_gc else contextlib.nullcontext():
         runner.run(burst=burst)

@@ -36,6 +36,7 @@ from pgqueue.runs import TERMINAL_STATES
 from pgqueue.worker import _executor, semaphores
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker._executor import Held
+from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
 from pgqueue.worker._pruner import Pruner
 from pgqueue.worker._scheduler import Scheduler
 from pgqueue.worker._service import DB_ERRORS, outage_delay
@@ -109,7 +110,7 @@ class Worker:
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
         # Attempts this process holds, by lease token (a run retried onto this worker while
         # an abandoned thread of its previous attempt still runs has two entries).
-        self.held: dict[uuid.UUID, Held] = {}
+        self.held: dict[str, Held] = {}
         self.limited: set[str] = set()  # served queues with cluster-wide limits
         self._reserved = 0  # slots asked for by the claims in flight
         self.marks = semaphores.ClaimMarks()
