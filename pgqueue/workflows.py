@@ -19,8 +19,6 @@ from pgqueue import _json, _sql
 from pgqueue.errors import LeaseLost, UserError
 
 if TYPE_CHECKING:
-    from uuid import UUID
-
     from pgqueue.app import App
     from pgqueue.runs import RunHandle
     from pgqueue.tasks import Task
@@ -64,7 +62,7 @@ class Durable:
     """The stored side of one workflow attempt."""
 
     def __init__(
-        self, app: App, run_id: int, lease_token: UUID, attempt: int, *, has_steps: bool = True
+        self, app: App, run_id: int, lease_token: str, attempt: int, *, has_steps: bool = True
     ) -> None:
         self.app = app
         self.run_id = run_id

@@ -28,7 +28,7 @@ class Outcome:
     (not frozen: a frozen dataclass costs a setattr call per field, per run)."""
 
     id: int
-    lease_token: UUID
+    lease_token: str
     state: str
     result: str | None = None  # JSON text
     error: str | None = None
@@ -142,7 +142,7 @@ def document(outcomes: Iterable[Outcome]) -> str:
             continue
         fields: dict[str, Any] = {
             "id": int(o.id),
-            "lease_token": str(o.lease_token),
+            "lease_token": o.lease_token,
             "state": o.state,
             "refund": bool(o.refund),
         }

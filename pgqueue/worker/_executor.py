@@ -10,7 +10,6 @@ import traceback
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 from pgqueue import _json
 from pgqueue.context import Context
@@ -35,7 +34,7 @@ class Held:
     """A run this worker holds under a lease."""
 
     id: int
-    lease_token: UUID
+    lease_token: str  # as claim.sql returns it: text, only ever handed back
     row: dict[str, Any]
     ctx: Context
     invocation: asyncio.Future[Any] | None = None  # a sync task's call in its thread

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import time
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 from pgqueue.worker._completer import Outcome
 from pgqueue.worker._executor import Held
@@ -32,7 +31,7 @@ def event_of(outcome: Outcome, written: bool) -> str:
 class Transitions:
     def __init__(self, metrics: WorkerMetrics | None) -> None:
         self.metrics = metrics
-        self._started: dict[UUID, float] = {}
+        self._started: dict[str, float] = {}
 
     def _quiet(self) -> bool:
         """Nobody reads transitions: no metrics, and INFO logs off (the default)."""
