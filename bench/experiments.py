@@ -45,6 +45,7 @@ from bench.common import (
 )
 from pgqueue import _sql, tasks
 from pgqueue._inserts import _statement
+from pgqueue.worker._claimed import Claimed, claimed_row
 from pgqueue.worker._completer import Outcome, complete_params
 from pgqueue.worker.semaphores import FROM_FRONT, FRONT_EVERY, ClaimMarks
 
@@ -549,15 +550,7 @@ def python_costs() -> None:
     """Per-run CPU of the pieces the worker runs for every claimed run (microbenchmarks,
     no database)."""
     print("== python-costs (us per call, best of 5)")
-    row = {
-        "id": 1,
-        "task": "bench.noop",
-        "queue": "bench",
-        "attempt": 1,
-        "max_attempts": 3,
-        "args": [1],
-        "kwargs": {},
-    }
+    row = Claimed(1, "bench.noop", "bench", [1], {}, 1, 3, None, "", 0, "", None, 0.0, False)
     task = apps.noop
 
     async def make_tasks(k: int) -> None:
@@ -640,11 +633,11 @@ def claim_and_complete(
     """One claim (from the worker's marks when given, else as `params` say) and the
     completion of every run it took; the number of runs."""
     start = marks.start("bench") if marks is not None else {}
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.cursor(row_factory=claimed_row) as cur:
         rows = cur.execute(claim, params | start, prepare=True).fetchall()
     if marks is not None:
         marks.landed("bench", rows)
-    conn.execute(_sql.query("complete"), _outcomes(rows, wid), prepare=True)
+    conn.execute(_sql.query("complete"), _outcomes([r._asdict() for r in rows], wid), prepare=True)
     return len(rows)
 
 

@@ -36,6 +36,7 @@ from pgqueue.tasks import (
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
+    from pgqueue.worker._claimed import Claimed
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -537,13 +538,13 @@ class App(AsyncApp):
             call = functools.partial(wrapper, ctx, call)
         return call
 
-    def make_context(self, run: dict[str, Any]) -> Context:
+    def make_context(self, run: Claimed) -> Context:
         return Context(
-            run_id=run["id"],
-            task=run["task"],
-            queue=run["queue"],
-            attempt=run["attempt"],
-            max_attempts=run["max_attempts"],
-            args=run["args"],
-            kwargs=run["kwargs"],
+            run_id=run.id,
+            task=run.task,
+            queue=run.queue,
+            attempt=run.attempt,
+            max_attempts=run.max_attempts,
+            args=run.args,
+            kwargs=run.kwargs,
         )

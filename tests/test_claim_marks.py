@@ -9,33 +9,33 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 import pgqueue
 from pgqueue import _sql
 from pgqueue.worker import semaphores
+from pgqueue.worker._claimed import Claimed, claimed_row
 from pgqueue.worker._completer import Outcome, complete_params
 from pgqueue.worker.semaphores import FROM_FRONT, ClaimMarks
 
 WORKER = "00000000-0000-0000-0000-000000000001"
 
 
-def claim(conn: psycopg.Connection[Any], marks: ClaimMarks, limit: int) -> list[dict[str, Any]]:
+def claim(conn: psycopg.Connection[Any], marks: ClaimMarks, limit: int) -> list[Claimed]:
     """One claim of queue `default` the way the worker makes it."""
     params = {"queue": "default", "limit": limit, "worker_id": WORKER, "lease_seconds": 30}
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.cursor(row_factory=claimed_row) as cur:
         rows = cur.execute(_sql.query("claim"), params | marks.start("default")).fetchall()
     marks.landed("default", rows)
     return rows
 
 
-def ids(rows: list[dict[str, Any]]) -> list[int]:
-    return sorted(row["id"] for row in rows)
+def ids(rows: list[Claimed]) -> list[int]:
+    return sorted(row.id for row in rows)
 
 
-def give_back(conn: psycopg.Connection[Any], row: dict[str, Any]) -> None:
+def give_back(conn: psycopg.Connection[Any], row: Claimed) -> None:
     """The run goes back to `queued` as after RetryAfter(0): complete.sql, refunded."""
-    outcome = Outcome(row["id"], row["lease_token"], "queued", refund=True)
+    outcome = Outcome(row.id, row.lease_token, "queued", refund=True)
     assert conn.execute(_sql.query("complete"), complete_params([outcome], WORKER)).fetchall()
 
 
@@ -97,5 +97,6 @@ def test_more_urgent_runs_go_first_whatever_the_mark(
 def test_a_mark_never_loses_a_run(conn: psycopg.Connection[Any], runs: list[int]) -> None:
     """Whatever the mark, a queue is drained: a mark past every run reads from behind."""
     marks = ClaimMarks(every=math.inf)
-    marks.landed("default", [{"priority": 0, "id": runs[-1] + 1000}])
+    gone = Claimed(runs[-1] + 1000, "noop", "default", [], {}, 1, 3, None, "", 0, "", None, 0, 0)
+    marks.landed("default", [gone])
     assert ids(claim(conn, marks, 50)) == runs

@@ -161,7 +161,7 @@ class Worker:
         held = next((h for h in self.held.values() if h.id == run_id and not h.submitted), None)
         if held is None or held.lost:
             return
-        log.warning("run %s (%s): stopping, %s", run_id, held.row["task"], why)
+        log.warning("run %s (%s): stopping, %s", run_id, held.row.task, why)
         held.lost = True
         held.stop()
         self.stats["lost"] += 1
@@ -405,16 +405,16 @@ class Worker:
             rows = await semaphores.claim(conn, queue, params, limited)
         if not limited:
             self.marks.landed(queue, rows)
-        rows.sort(key=lambda r: (r["priority"], r["id"]))
+        rows.sort(key=lambda r: (r.priority, r.id))
         # the loop's own create_task: asyncio.create_task looks the loop up and names
         # the task, per run
         start = asyncio.get_running_loop().create_task
         for row in rows:
-            held = Held(row["id"], row["lease_token"], row, self.app.make_context(row))
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
             self.held[held.lease_token] = held
             held.task = start(self._execute(held))
             self._executing.add(held.task)
-            self.pickup_seconds.append(max(0.0, row["pickup_seconds"]))
+            self.pickup_seconds.append(max(0.0, row.pickup_seconds))
         self.stats["claimed"] += len(rows)
         return len(rows)
 
@@ -459,7 +459,7 @@ class Worker:
         """A hook of the run's task may follow this outcome's write."""
         if outcome.state not in TERMINAL_STATES:
             return False
-        task = self.app.tasks.get(held.row["task"])
+        task = self.app.tasks.get(held.row.task)
         return task is not None and (task.on_success is not None or task.on_failure is not None)
 
     def _written(self, held: Held, outcome: Outcome, written: bool) -> None:

@@ -16,6 +16,7 @@ from pgqueue.context import Context
 from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks import Task, ValidationError
+from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Outcome
 from pgqueue.workflows import Durable, Suspend
 
@@ -35,7 +36,7 @@ class Held:
 
     id: int
     lease_token: str  # as claim.sql returns it: text, only ever handed back
-    row: dict[str, Any]
+    row: Claimed
     ctx: Context
     invocation: asyncio.Future[Any] | None = None  # a sync task's call in its thread
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -67,7 +68,7 @@ def failure(
     tb = None
     if with_traceback and isinstance(exc, BaseException):
         tb = "".join(traceback.format_exception(exc))
-    attempt, max_attempts = held.row["attempt"], held.row["max_attempts"]
+    attempt, max_attempts = held.row.attempt, held.row.max_attempts
     if retry is not None and attempt < max_attempts:
         return Outcome(
             held.id,
@@ -86,17 +87,17 @@ def failure(
 async def attempt(worker: Worker, held: Held) -> Outcome | None:
     """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
     row = held.row
-    task = worker.app.tasks.get(row["task"])
+    task = worker.app.tasks.get(row.task)
     if task is None:
         return failure(
             held,
             "unknown_task",
-            f"unknown task {row['task']!r}: no task of that name is registered in the app "
+            f"unknown task {row.task!r}: no task of that name is registered in the app "
             f"this worker runs ({worker.app_label}); deploy it or cancel the run",
             retry=DEFAULT_RETRY,
         )
     try:
-        task.validate(row["args"], row["kwargs"])
+        task.validate(row.args, row.kwargs)
     except (TypeError, ValidationError) as exc:
         return failure(held, "invalid_arguments", exc, retry=None, with_traceback=False)
     try:
@@ -155,12 +156,12 @@ async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
             worker.app,
             held.id,
             held.lease_token,
-            held.row["attempt"],
-            has_steps=held.row.get("has_steps", True),
+            held.row.attempt,
+            has_steps=held.row.has_steps,
         )
-    args = task.run_ctx_args(held.ctx, held.row["args"])
-    kwargs = held.row["kwargs"]
-    timeout = held.row["timeout_seconds"]
+    args = task.run_ctx_args(held.ctx, held.row.args)
+    kwargs = held.row.kwargs
+    timeout = held.row.timeout_seconds
     if task.is_async:
         return await _await_async(held, task.fn(*args, **kwargs), timeout)
     call = functools.partial(task.fn, *args, **kwargs)
@@ -208,7 +209,7 @@ async def _await_async(held: Held, coro: Coroutine[Any, Any, Any], timeout: floa
 async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
     """on_success / on_failure, once the terminal write is confirmed. Their errors are
     logged and never change the run's outcome."""
-    task = worker.app.tasks.get(held.row["task"])
+    task = worker.app.tasks.get(held.row.task)
     if task is None:
         return
     if outcome.state == "succeeded" and task.on_success is not None:

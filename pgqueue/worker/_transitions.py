@@ -42,25 +42,25 @@ class Transitions:
             return  # the hot path of a worker that neither logs runs nor serves metrics
         row = held.row
         self._started[held.lease_token] = time.monotonic()
-        pickup = max(0.0, float(row.get("pickup_seconds") or 0.0))
+        pickup = max(0.0, float(row.pickup_seconds or 0.0))
         if self.metrics is not None:
-            self.metrics.started.labels(row["queue"], row["task"]).inc()
-            self.metrics.pickup.labels(row["queue"]).observe(pickup)
+            self.metrics.started.labels(row.queue, row.task).inc()
+            self.metrics.pickup.labels(row.queue).observe(pickup)
         if not log.isEnabledFor(logging.INFO):
             return  # no formatting cost on the hot path when nobody reads it
         log.info(
             "run %s %s (queue %s) attempt %s/%s started",
             held.id,
-            row["task"],
-            row["queue"],
-            row["attempt"],
-            row["max_attempts"],
+            row.task,
+            row.queue,
+            row.attempt,
+            row.max_attempts,
             extra={
                 "event": "started",
                 "run_id": held.id,
-                "task": row["task"],
-                "queue": row["queue"],
-                "attempt": row["attempt"],
+                "task": row.task,
+                "queue": row.queue,
+                "attempt": row.attempt,
                 "state": "running",
                 "pickup_ms": round(pickup * 1000, 1),
             },
@@ -88,9 +88,9 @@ class Transitions:
         fields = {
             "event": event,
             "run_id": held.id,
-            "task": row["task"],
-            "queue": row["queue"],
-            "attempt": row["attempt"],
+            "task": row.task,
+            "queue": row.queue,
+            "attempt": row.attempt,
             "state": state,
             "duration_ms": round(seconds * 1000, 1),
         }
@@ -101,9 +101,9 @@ class Transitions:
         log.info(
             "run %s %s (queue %s) attempt %s %s -> %s in %.0fms%s",
             held.id,
-            row["task"],
-            row["queue"],
-            row["attempt"],
+            row.task,
+            row.queue,
+            row.attempt,
             event,
             state,
             seconds * 1000,
@@ -118,7 +118,7 @@ class Transitions:
         row = held.row
         if m is None or outcome is None or not written:
             return
-        labels = (row["queue"], row["task"])
+        labels = (row.queue, row.task)
         m.duration.labels(*labels).observe(seconds)
         counter = {"succeeded": m.succeeded, "failed": m.failed, "retried": m.retried}.get(event)
         if counter is not None:

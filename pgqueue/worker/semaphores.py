@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
 from psycopg.types.numeric import Int2, Int8
 
 from pgqueue import _sql
+from pgqueue.worker._claimed import Claimed, claimed_row
 from pgqueue.worker._service import Service
 
 if TYPE_CHECKING:
@@ -52,10 +52,10 @@ class ClaimMarks:
             mark = FRONT
         return {"after_priority": Int2(mark[0]), "after_id": Int8(mark[1])}
 
-    def landed(self, queue: str, rows: Sequence[dict[str, Any]]) -> None:
+    def landed(self, queue: str, rows: Sequence[Claimed]) -> None:
         """A claim of `queue` took `rows`: the next one starts after the last of them."""
         if rows:
-            self._marks[queue] = max((row["priority"], row["id"]) for row in rows)
+            self._marks[queue] = max((row.priority, row.id) for row in rows)
         else:
             self._marks.pop(queue, None)
 
@@ -78,9 +78,9 @@ class QueueLimits(Service):
 
 async def claim(
     conn: AsyncConnection[Any], queue: str, params: dict[str, Any], limited: bool
-) -> list[dict[str, Any]]:
+) -> list[Claimed]:
     """Claim up to params["limit"] runs of `queue`: one statement, one round trip.
     A limited claim also takes params["finishing"] (see sql/claim_limited.sql)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
+    async with conn.cursor(row_factory=claimed_row) as cur:
         await cur.execute(_sql.query("claim_limited" if limited else "claim"), params)
         return await cur.fetchall()
