@@ -186,7 +186,8 @@ async def _await_async(held: Held, coro: Coroutine[Any, Any, Any], timeout: floa
     own: one less per run, and a coroutine that does not suspend finishes at once).
     Held.stop() cancels the attempt's task while `held.awaiting` is set, i.e. only while
     the task's code runs; attempt() then writes nothing (the run is lost or released)."""
-    current = asyncio.current_task()
+    # the attempt's own task (Worker._execute), known without asking the loop
+    current = held.task if held.task is not None else asyncio.current_task()
     held.awaiting = current
     try:
         if timeout is None:
