@@ -288,7 +288,7 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     default=True,
     show_default=True,
     help="Freeze start-up objects and collect the young generation every 10,000"
-    " allocations (gc): 15-20% less worker CPU per short run. See docs/scaling.md.",
+    " allocations (gc): 10-20% less worker CPU per short run. See docs/scaling.md.",
 )
 @retention_options
 @click.pass_context

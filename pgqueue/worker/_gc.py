@@ -7,7 +7,7 @@ them outlive a young collection (every 700 allocations by default) and are promo
 oldest generation then grows by a quarter of what start-up left in it (modules, classes,
 the app: over 100,000 objects) every few thousand runs, and each time CPython walks all
 of it. Freezing what exists at start-up takes it out of those walks, and a young
-generation of 10,000 lets most of a run's objects die young: 15-20% less worker CPU per
+generation of 10,000 lets most of a run's objects die young: 10-20% less worker CPU per
 no-op run (bench/RESULTS.md, "Session 7").
 """
 
