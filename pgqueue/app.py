@@ -539,12 +539,8 @@ class App(AsyncApp):
         return call
 
     def make_context(self, run: Claimed) -> Context:
+        # positional (run_id, task, queue, attempt, max_attempts, args, kwargs): half the
+        # cost of keywords, once per claimed run
         return Context(
-            run_id=run.id,
-            task=run.task,
-            queue=run.queue,
-            attempt=run.attempt,
-            max_attempts=run.max_attempts,
-            args=run.args,
-            kwargs=run.kwargs,
+            run.id, run.task, run.queue, run.attempt, run.max_attempts, run.args, run.kwargs
         )
