@@ -897,25 +897,24 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
             s.process2_ratio.append(rate / s.process[-1])
             log(f"process, 2 workers {rate:,.0f} jobs/s ({n:,} jobs)")
         if args.deep:
-            # a queue that stays deep for the whole drain: steady state, not a burst
-            for kind, workers in (("deep", 1), ("deep2", 2)):
-                lib.bulk(args.deep // 1000 - 2, 1000)
-                rate, n = drain_rate(lib, args.cap, workers=workers)
-                getattr(s, kind).append(rate)
-                log(f"deep queue, {workers} worker(s): {rate:,.0f} jobs/s ({n:,} jobs)")
-            if isinstance(lib, PgqueueLib):  # the setting of earlier sessions
-                lib.concurrency = CONCURRENCY
+            # a queue that stays deep for the whole drain: steady state, not a burst; for
+            # pgqueue once more at the concurrency of earlier sessions (claims of 50)
+            drains = [("deep", 1, None), ("deep2", 2, None)]
+            if isinstance(lib, PgqueueLib):
+                drains += [("deep_c100", 1, CONCURRENCY), ("deep2_c100", 2, CONCURRENCY)]
+            for kind, workers, concurrency in drains:
+                if concurrency is not None:
+                    assert isinstance(lib, PgqueueLib)
+                    lib.concurrency = concurrency
                 try:
-                    for kind, workers in (("deep_c100", 1), ("deep2_c100", 2)):
-                        lib.bulk(args.deep // 1000 - 2, 1000)
-                        rate, n = drain_rate(lib, args.cap, workers=workers)
-                        getattr(s, kind).append(rate)
-                        log(
-                            f"deep queue, {workers} worker(s), --concurrency {CONCURRENCY}:"
-                            f" {rate:,.0f} jobs/s ({n:,} jobs)"
-                        )
+                    lib.bulk(args.deep // 1000 - 2, 1000)
+                    rate, n = drain_rate(lib, args.cap, workers=workers)
                 finally:
-                    lib.concurrency = PGQUEUE_CONCURRENCY
+                    if isinstance(lib, PgqueueLib):
+                        lib.concurrency = PGQUEUE_CONCURRENCY
+                getattr(s, kind).append(rate)
+                setting = f", --concurrency {concurrency}" if concurrency else ""
+                log(f"deep queue, {workers} worker(s){setting}: {rate:,.0f} jobs/s ({n:,} jobs)")
         lat = pickup(lib, args.pickups, 10, r)
         for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
             dest.append(percentile(lat, q))
