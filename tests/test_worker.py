@@ -127,6 +127,87 @@ def test_sync_task_timeout_flags_ctx_cancelled(app: pgqueue.App) -> None:
     assert saw_cancel.is_set()
 
 
+def test_sync_task_timeout_keeps_its_slot_until_the_function_returns(app: pgqueue.App) -> None:
+    """A sync attempt past its timeout is failed at once, while its thread runs on; its
+    slot stays busy until the function returns (a thread cannot be stopped)."""
+    release, second = threading.Event(), threading.Event()
+
+    @app.task(timeout=0.2, max_attempts=1)
+    def stuck() -> None:
+        release.wait(30)
+
+    @app.task
+    def after() -> None:
+        second.set()
+
+    h = stuck.enqueue()
+    with InProcessWorker(app, concurrency=1) as w:
+        wait_until(lambda: app.get_run(h.id).state == "failed", message="the timeout's failure")
+        assert "timeout" in (app.get_run(h.id).error or "")
+        h2 = after.enqueue()
+        assert len(w.held) == 1  # the stuck attempt's slot: nothing else can be claimed
+        assert app.get_run(h2.id).state == "queued"
+        release.set()
+        assert second.wait(10), "the slot did not come back when the function returned"
+        wait_until(lambda: app.get_run(h2.id).state == "succeeded", message="second run")
+    assert app.get_run(h.id).state == "failed"  # the late return changed nothing
+
+
+def test_sync_task_that_exits_fails_its_run_not_the_worker(app: pgqueue.App) -> None:
+    @app.task(max_attempts=1)
+    def exits() -> None:
+        raise SystemExit(3)
+
+    @app.task
+    def fine() -> str:
+        return "ok"
+
+    bad, good = exits.enqueue(), fine.enqueue()
+    burst(app)
+    run = app.get_run(bad.id)
+    assert run.state == "failed" and "SystemExit" in (run.error or "")
+    assert app.get_run(good.id).result == "ok"
+
+
+def test_stop_waits_for_a_running_sync_task_within_grace(app: pgqueue.App) -> None:
+    started, go = threading.Event(), threading.Event()
+
+    @app.task
+    def slow() -> str:
+        started.set()
+        go.wait(10)
+        return "done"
+
+    h = slow.enqueue()
+    with InProcessWorker(app, grace=30) as w:
+        assert started.wait(10)
+        w.stop()
+        wait_until(lambda: w._threads_quiet is not None, message="the worker to drain")
+        go.set()
+    assert w.stats["released"] == 0
+    assert app.get_run(h.id).result == "done"
+
+
+def test_sync_run_past_grace_is_released_and_its_late_return_dropped(app: pgqueue.App) -> None:
+    started, go, returned = threading.Event(), threading.Event(), threading.Event()
+
+    @app.task
+    def slow() -> str:
+        started.set()
+        go.wait(10)
+        returned.set()
+        return "late"
+
+    h = slow.enqueue()
+    with InProcessWorker(app, grace=0.2) as w:
+        assert started.wait(10)
+    assert w.stats["released"] == 1
+    go.set()
+    assert returned.wait(10)
+    run = app.get_run(h.id)
+    assert (run.state, run.attempt, run.result) == ("queued", 0, None)
+
+
 def sleeps_until_cancelled(app: pgqueue.App) -> tuple[Any, threading.Event, threading.Event]:
     """An async task that sleeps a minute; events: it started, it was cancelled."""
     started = threading.Event()

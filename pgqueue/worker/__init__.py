@@ -117,6 +117,10 @@ class Worker:
         # Every attempt's coroutine until its outcome is handed to the completer, or
         # written if something follows the write (a hook, a thread still running).
         self._executing: set[asyncio.Task[None]] = set()
+        # Attempts running wholly in a thread (no asyncio task: see _start_in_thread), and
+        # what _drain() waits on until there are none.
+        self._in_threads = 0
+        self._threads_quiet: asyncio.Future[None] | None = None
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -409,12 +413,16 @@ class Worker:
         # the loop's own create_task: asyncio.create_task looks the loop up and names
         # the task, per run
         start = asyncio.get_running_loop().create_task
+        tasks = self.app.tasks
         for row in rows:
             held = Held(row.id, row.lease_token, row, self.app.make_context(row))
             self.held[held.lease_token] = held
+            self.pickup_seconds.append(max(0.0, row.pickup_seconds))
+            if _executor.in_thread(tasks.get(row.task)):
+                self._start_in_thread(held)
+                continue
             held.task = start(self._execute(held))
             self._executing.add(held.task)
-            self.pickup_seconds.append(max(0.0, row.pickup_seconds))
         self.stats["claimed"] += len(rows)
         return len(rows)
 
@@ -455,6 +463,62 @@ class Worker:
             if held.task is not None:  # this task (set before it first runs)
                 self._executing.discard(held.task)
 
+    # -- sync attempts, wholly in their thread -----------------------------------------
+
+    def _start_in_thread(self, held: Held) -> None:
+        """Hand a sync attempt to a thread (_executor.attempt_in_thread); _from_thread
+        takes its outcome on the loop. No asyncio task or future per run."""
+        self.transitions.started(held)
+        self._in_threads += 1
+        timeout = held.row.timeout_seconds
+        if timeout is not None:
+            assert self._loop is not None
+            held.timer = self._loop.call_later(timeout, self._time_out, held)
+        self.threads.post(self._attempt_in_thread, held, self._from_thread)
+
+    def _attempt_in_thread(self, held: Held) -> Outcome | None:
+        """In the thread."""
+        return _executor.attempt_in_thread(self, held, self.app.tasks[held.row.task])
+
+    def _from_thread(self, held: Held, outcome: Outcome | None, exc: BaseException | None) -> None:
+        """On the loop: the thread's attempt returned."""
+        self._in_threads -= 1
+        quiet = self._threads_quiet
+        if not self._in_threads and quiet is not None and not quiet.done():
+            quiet.set_result(None)
+        if held.timer is not None:
+            held.timer.cancel()
+        if exc is not None:
+            log.error("run %s: internal error in the worker", held.id, exc_info=exc)
+            outcome = None
+        if held.timed_out:
+            pass  # the timeout's failure was written; the slot was busy until now
+        elif outcome is None or held.lost or held.released:
+            self.transitions.finished(held, None, False)
+        else:
+            held.submitted = True
+            self.completer.post(outcome, functools.partial(self._written, held))
+        self._free(held)
+
+    def _time_out(self, held: Held) -> None:
+        """On the loop: a thread's attempt ran past its task's timeout. Its failure is
+        written now; the slot stays busy until the function returns (a thread cannot be
+        stopped; ctx.cancelled tells it to)."""
+        if held.submitted or held.lost or held.released:
+            return
+        held.timed_out = True
+        held.submitted = True
+        held.stop()
+        timeout = held.row.timeout_seconds or 0.0
+        outcome = _executor.failure(
+            held,
+            "timeout",
+            _executor.AttemptTimeout(_executor.timeout_message(timeout)),
+            retry=self.app.tasks[held.row.task].retry,
+            with_traceback=False,
+        )
+        self.completer.post(outcome, functools.partial(self._written, held))
+
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
         if outcome.state not in TERMINAL_STATES:
@@ -493,10 +557,16 @@ class Worker:
     async def _drain(self) -> None:
         """Stop claiming; let running tasks finish within the grace period; release the
         rest (back to queued, the attempt given back)."""
-        tasks = [h.task for h in self.held.values() if h.task is not None]
-        if tasks:
-            log.info("draining %d running runs (grace %.0fs)", len(tasks), self.grace)
-            await asyncio.wait(tasks, timeout=self.grace)
+        waits: list[asyncio.Future[Any]] = [
+            h.task for h in self.held.values() if h.task is not None
+        ]
+        if self._in_threads:
+            self._threads_quiet = asyncio.get_running_loop().create_future()
+            waits.append(self._threads_quiet)
+        if waits:
+            running = sum(not h.submitted for h in self.held.values())
+            log.info("draining %d running runs (grace %.0fs)", running, self.grace)
+            await asyncio.wait(waits, timeout=self.grace)
         leftover = [h for h in self.held.values() if not h.submitted and not h.lost]
         if leftover:
             log.warning("grace period over: releasing %d runs", len(leftover))

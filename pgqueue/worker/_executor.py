@@ -7,7 +7,7 @@ import asyncio
 import functools
 import logging
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,10 @@ class Held:
     submitted: bool = False  # its outcome went to the completer: stop renewing
     lost: bool = False  # lease lost or run canceled: write nothing
     released: bool = False  # handed back at shutdown
+    # an attempt run wholly in a thread (attempt_in_thread): its timeout on the loop, and
+    # whether it fired (the timeout's failure is written; the thread may still run)
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    timed_out: bool = False
 
     def stop(self) -> None:
         """Ask the attempt to stop: ctx.cancelled for everyone, real cancellation for
@@ -84,10 +88,9 @@ def failure(
     )
 
 
-async def attempt(worker: Worker, held: Held) -> Outcome | None:
-    """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
+def _check(worker: Worker, held: Held, task: Task[Any, Any] | None) -> Outcome | None:
+    """The failure of an attempt that cannot start (unknown task, invalid arguments)."""
     row = held.row
-    task = worker.app.tasks.get(row.task)
     if task is None:
         return failure(
             held,
@@ -100,43 +103,48 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
         task.validate(row.args, row.kwargs)
     except (TypeError, ValidationError) as exc:
         return failure(held, "invalid_arguments", exc, retry=None, with_traceback=False)
-    try:
-        result = await _invoke(worker, held, task)
-    except asyncio.CancelledError:
-        if held.lost or held.released:
-            return None
-        raise
-    except Suspend as s:
+    return None
+
+
+# What a task's call may raise that _raised() turns into an outcome: Suspend and LeaseLost
+# are BaseExceptions (a task's own `except Exception` must not swallow them).
+RAISED = (Exception, Suspend, LeaseLost)
+
+
+def _raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | None:
+    """The outcome of an attempt whose task raised `exc` (None: write nothing)."""
+    if isinstance(exc, Suspend):
         return Outcome(
             held.id,
             held.lease_token,
-            s.state,
-            delay=s.delay,
+            exc.state,
+            delay=exc.delay,
             refund=True,
-            wait_event=s.wait_event,
-            wait_key=s.wait_key,
-            wait_since=s.wait_since,
-            wait_run_id=s.wait_run_id,
+            wait_event=exc.wait_event,
+            wait_key=exc.wait_key,
+            wait_since=exc.wait_since,
+            wait_run_id=exc.wait_run_id,
         )
-    except LeaseLost:
+    if isinstance(exc, LeaseLost):
         held.lost = True
         return None
-    except RetryAfter as exc:
+    if isinstance(exc, RetryAfter):
         if exc.seconds <= 0:
             return Outcome(held.id, held.lease_token, "queued", refund=True)
         return Outcome(held.id, held.lease_token, "scheduled", delay=exc.seconds, refund=True)
-    except (NonRetryable, InvalidArguments, ValidationError) as exc:
+    if isinstance(exc, (NonRetryable, InvalidArguments, ValidationError)):
         # Deterministic failures: another attempt would fail the same way.
         return failure(held, "non_retryable", exc, retry=None)
-    except AttemptTimeout as exc:
-        if held.lost or held.released:
-            return None
+    if held.lost or held.released:
+        return None
+    if isinstance(exc, AttemptTimeout):
         held.stop()
         return failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
-    except Exception as exc:
-        if held.lost or held.released:
-            return None
-        return failure(held, "error", exc, retry=task.retry)
+    return failure(held, "error", exc, retry=task.retry)
+
+
+def _returned(worker: Worker, held: Held, task: Task[Any, Any], result: Any) -> Outcome | None:
+    """The outcome of an attempt whose task returned `result` (None: write nothing)."""
     if held.lost or held.released:
         return None
     if result is None:  # the common case: nothing to encode or to measure
@@ -150,7 +158,55 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
     return Outcome(held.id, held.lease_token, "succeeded", result=text)
 
 
-async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
+async def attempt(worker: Worker, held: Held) -> Outcome | None:
+    """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
+    task = worker.app.tasks.get(held.row.task)
+    refused = _check(worker, held, task)
+    if refused is not None or task is None:
+        return refused
+    try:
+        result = await _invoke(worker, held, task)
+    except asyncio.CancelledError:
+        if held.lost or held.released:
+            return None
+        raise
+    except RAISED as exc:
+        return _raised(held, task, exc)
+    return _returned(worker, held, task, result)
+
+
+def in_thread(task: Task[Any, Any] | None) -> bool:
+    """Whether an attempt of `task` runs wholly in a worker thread (attempt_in_thread):
+    a sync task with no hook (a hook runs after the write, from the event loop)."""
+    return (
+        task is not None
+        and not task.is_async
+        and task.on_success is None
+        and task.on_failure is None
+    )
+
+
+def attempt_in_thread(worker: Worker, held: Held, task: Task[Any, Any]) -> Outcome | None:
+    """attempt() for a sync task, run wholly in the worker thread that calls the task:
+    no asyncio task or future per run, and the outcome built off the event loop. Its
+    timeout is kept by the loop (Worker._time_out), which writes the failure while this
+    thread runs on. None means: write nothing."""
+    refused = _check(worker, held, task)
+    if refused is not None:
+        return refused
+    try:
+        result = _call(worker, held, task)()
+    except RAISED as exc:
+        return _raised(held, task, exc)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: this run's failure
+        if held.lost or held.released:
+            return None
+        return failure(held, "error", exc, retry=task.retry)
+    return _returned(worker, held, task, result)
+
+
+def _call(worker: Worker, held: Held, task: Task[Any, Any]) -> Callable[[], Any]:
+    """A sync task's call for this attempt, inside the app's sync wrappers."""
     if task.workflow:
         held.ctx._durable = Durable(
             worker.app,
@@ -160,15 +216,19 @@ async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
             has_steps=held.row.has_steps,
         )
     args = task.run_ctx_args(held.ctx, held.row.args)
-    kwargs = held.row.kwargs
+    call = functools.partial(task.fn, *args, **held.row.kwargs)
+    app = worker.app
+    return app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
+
+
+async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
     timeout = held.row.timeout_seconds
     if task.is_async:
-        return await _await_async(held, task.fn(*args, **kwargs), timeout)
-    call = functools.partial(task.fn, *args, **kwargs)
-    app = worker.app
-    held.invocation = worker.threads.submit(
-        app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
-    )
+        args = task.run_ctx_args(held.ctx, held.row.args)
+        return await _await_async(held, task.fn(*args, **held.row.kwargs), timeout)
+    # A sync task with a hook (attempt_in_thread runs those without one): the call in a
+    # thread, awaited here.
+    held.invocation = worker.threads.submit(_call(worker, held, task))
     if timeout is None:
         return await held.invocation  # nothing cancels the attempt's asyncio task
     # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
@@ -178,7 +238,11 @@ async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
     except TimeoutError:
         if held.invocation.done() and not held.invocation.cancelled():
             raise  # the task itself raised TimeoutError (a socket timeout, say)
-        raise AttemptTimeout(f"attempt exceeded the task's timeout of {timeout:g}s") from None
+        raise AttemptTimeout(timeout_message(timeout)) from None
+
+
+def timeout_message(timeout: float) -> str:
+    return f"attempt exceeded the task's timeout of {timeout:g}s"
 
 
 async def _await_async(held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
@@ -198,7 +262,7 @@ async def _await_async(held: Held, coro: Coroutine[Any, Any, Any], timeout: floa
         except TimeoutError:
             if not deadline.expired():
                 raise  # the task itself raised TimeoutError (a socket timeout, say)
-            raise AttemptTimeout(f"attempt exceeded the task's timeout of {timeout:g}s") from None
+            raise AttemptTimeout(timeout_message(timeout)) from None
     except asyncio.CancelledError:
         if (held.lost or held.released) and current is not None:
             current.uncancel()  # our own stop(), handled by attempt(): not the task's end

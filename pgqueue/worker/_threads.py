@@ -8,13 +8,19 @@ would keep a stopping worker alive forever. Here a stuck thread is abandoned at 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
-Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
+log = logging.getLogger("pgqueue.worker")
+
+# A job: call(arg) in a thread, then sink(arg, result, exception) on the job's loop.
+Sink = Callable[[Any, Any, BaseException | None], None]
+Job = tuple[Callable[[Any], Any], Any, Sink, asyncio.AbstractEventLoop]
+Settled = tuple[Sink, Any, Any, BaseException | None]
 
 
 class DaemonThreads:
@@ -31,8 +37,16 @@ class DaemonThreads:
         self._done: dict[asyncio.AbstractEventLoop, list[Settled]] = {}
 
     def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """fn() in a thread; its result (or exception) through the returned future."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.post(_call, fn, functools.partial(_settle, future))
+        return future
+
+    def post(self, call: Callable[[Any], Any], arg: Any, then: Sink) -> None:
+        """call(arg) in a thread, then then(arg, result, exception) on this event loop,
+        batched with the other jobs that finished meanwhile. No future, no task: the
+        cheapest hand-off there is for a job nobody awaits."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
         with self._lock:
             if self._idle == 0 and len(self._threads) < self.size:
                 thread = threading.Thread(
@@ -42,8 +56,7 @@ class DaemonThreads:
                 self._idle += 1
                 thread.start()
             self._idle -= 1
-        self._jobs.put((fn, future, loop))
-        return future
+        self._jobs.put((call, arg, then, loop))
 
     def shutdown(self) -> None:
         for _ in self._threads:
@@ -51,11 +64,11 @@ class DaemonThreads:
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            fn, future, loop = job
+            call, arg, then, loop = job
             try:
-                settled: Settled = (future, fn(), None)
-            except BaseException as exc:  # handed to the awaiting coroutine
-                settled = (future, None, exc)
+                settled: Settled = (then, arg, call(arg), None)
+            except BaseException as exc:  # handed to the job's sink
+                settled = (then, arg, None, exc)
             with self._lock:
                 self._idle += 1
                 batch = self._done.get(loop)
@@ -72,11 +85,18 @@ class DaemonThreads:
     def _settle_batch(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             batch = self._done.pop(loop, [])
-        for future, result, exc in batch:
-            _settle(future, result, exc)
+        for then, arg, result, exc in batch:
+            try:
+                then(arg, result, exc)
+            except Exception:
+                log.exception("internal error after a job in a worker thread")
 
 
-def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def _settle(future: asyncio.Future[Any], _fn: Any, result: Any, exc: BaseException | None) -> None:
     if future.done():
         return
     if exc is not None:
