@@ -120,6 +120,7 @@ class Worker:
         # Attempts running wholly in a thread (no asyncio task: see _start_in_thread), and
         # what _drain() waits on until there are none.
         self._in_threads = 0
+        self._threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
         self._threads_quiet: asyncio.Future[None] | None = None
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
@@ -413,12 +414,15 @@ class Worker:
         # the loop's own create_task: asyncio.create_task looks the loop up and names
         # the task, per run
         start = asyncio.get_running_loop().create_task
-        tasks = self.app.tasks
+        threaded = self._threaded
         for row in rows:
             held = Held(row.id, row.lease_token, row, self.app.make_context(row))
             self.held[held.lease_token] = held
             self.pickup_seconds.append(max(0.0, row.pickup_seconds))
-            if _executor.in_thread(tasks.get(row.task)):
+            in_thread = threaded.get(row.task)
+            if in_thread is None:  # once per task name (a dict lookup per run after that)
+                in_thread = threaded[row.task] = _executor.in_thread(self.app.tasks.get(row.task))
+            if in_thread:
                 self._start_in_thread(held)
                 continue
             held.task = start(self._execute(held))
@@ -443,10 +447,10 @@ class Worker:
                     if not self._hooked(held, outcome):
                         # Nothing left to do here once it is written: the completer
                         # settles it, and this task ends now (no second step per run).
-                        self.completer.post(outcome, functools.partial(self._written, held))
+                        self.completer.post(outcome, held)
                         return
                 written = await self.completer.submit(outcome)
-                self._written(held, outcome, written)
+                self.written(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:
                     await _executor.run_hook(self, held, outcome)
             inv = held.invocation
@@ -497,7 +501,7 @@ class Worker:
             self.transitions.finished(held, None, False)
         else:
             held.submitted = True
-            self.completer.post(outcome, functools.partial(self._written, held))
+            self.completer.post(outcome, held)
         self._free(held)
 
     def _time_out(self, held: Held) -> None:
@@ -517,7 +521,7 @@ class Worker:
             retry=self.app.tasks[held.row.task].retry,
             with_traceback=False,
         )
-        self.completer.post(outcome, functools.partial(self._written, held))
+        self.completer.post(outcome, held)
 
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
@@ -526,7 +530,7 @@ class Worker:
         task = self.app.tasks.get(held.row.task)
         return task is not None and (task.on_success is not None or task.on_failure is not None)
 
-    def _written(self, held: Held, outcome: Outcome, written: bool) -> None:
+    def written(self, held: Held, outcome: Outcome, written: bool) -> None:
         """The attempt's outcome was written (or fenced out: the lease was lost)."""
         self.stats[outcome.state if written else "fenced"] += 1
         self.transitions.finished(held, outcome, written)

@@ -7,10 +7,10 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from pgqueue import _sql
@@ -18,6 +18,7 @@ from pgqueue.worker._service import DB_ERRORS, outage_delay
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
+    from pgqueue.worker._executor import Held
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -43,8 +44,9 @@ class Outcome:
 
 
 # Told, once an outcome is written (True) or fenced out (False): a future someone awaits,
-# or a callback (no future, no task to wake: the hot path of a run nobody waits for).
-Settle = asyncio.Future[bool] | Callable[[Outcome, bool], None]
+# or the attempt's Held, for Worker.written (no future, no task to wake, no callback made
+# per run: the hot path of a run nobody waits for).
+Settle: TypeAlias = "asyncio.Future[bool] | Held"
 
 
 class Completer:
@@ -62,9 +64,10 @@ class Completer:
         self._add(outcome, future)
         return await future
 
-    def post(self, outcome: Outcome, then: Callable[[Outcome, bool], None]) -> None:
-        """Queue the outcome for the next batch; `then(outcome, written)` once settled."""
-        self._add(outcome, then)
+    def post(self, outcome: Outcome, held: Held) -> None:
+        """Queue the outcome of `held`'s attempt for the next batch; the worker's
+        written(held, outcome, written) once settled."""
+        self._add(outcome, held)
 
     def _add(self, outcome: Outcome, settle: Settle) -> None:
         self._pending.append((outcome, settle))
@@ -86,7 +89,8 @@ class Completer:
             written = await self._write_with_retry([o for o, _ in batch])
             # Runs that left `running` gave their permits back: a claim of a limited
             # queue that found no room a moment ago may find some now.
-            self.worker.wake()
+            worker = self.worker
+            worker.wake()
             for outcome, settle in batch:
                 done = outcome.id in written
                 if isinstance(settle, asyncio.Future):
@@ -94,7 +98,7 @@ class Completer:
                         settle.set_result(done)
                 else:
                     try:
-                        settle(outcome, done)
+                        worker.written(settle, outcome, done)
                     except Exception:
                         log.exception("run %s: internal error after its write", outcome.id)
             self.unwritten -= len(batch)

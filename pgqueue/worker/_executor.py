@@ -165,7 +165,12 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
     if refused is not None or task is None:
         return refused
     try:
-        result = await _invoke(worker, held, task)
+        if task.is_async:  # inline, not a helper coroutine: one frame less per run
+            args = task.run_ctx_args(held.ctx, held.row.args)
+            coro = task.fn(*args, **held.row.kwargs)
+            result = await _await_async(held, coro, held.row.timeout_seconds)
+        else:
+            result = await _invoke_in_thread(worker, held, task)
     except asyncio.CancelledError:
         if held.lost or held.released:
             return None
@@ -221,13 +226,10 @@ def _call(worker: Worker, held: Held, task: Task[Any, Any]) -> Callable[[], Any]
     return app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
 
 
-async def _invoke(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
+async def _invoke_in_thread(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
+    """A sync task with a hook (attempt_in_thread runs those without one): the call in a
+    thread, awaited here."""
     timeout = held.row.timeout_seconds
-    if task.is_async:
-        args = task.run_ctx_args(held.ctx, held.row.args)
-        return await _await_async(held, task.fn(*args, **held.row.kwargs), timeout)
-    # A sync task with a hook (attempt_in_thread runs those without one): the call in a
-    # thread, awaited here.
     held.invocation = worker.threads.submit(_call(worker, held, task))
     if timeout is None:
         return await held.invocation  # nothing cancels the attempt's asyncio task
