@@ -5,6 +5,7 @@ database so that machine noise hits both sides alike.
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
         completion-running claim-walk limited-walk drain-monitor enqueue-jsonb group-index \
+        fillfactor \
         enqueue-plain startup python-costs
 """
 
@@ -280,6 +281,51 @@ def server_cpu(scratch: Scratch, n: int = 30_000, batches: Sequence[int] = (10, 
             f"{1e6 * drain.spent / n:5.0f} us/run"
         )
     scratch.drop()
+
+
+def fillfactor(
+    scratch: Scratch, n: int = 60_000, factors: Sequence[int] = (100, 50, 35), rounds: int = 4
+) -> None:
+    """pgqueue.runs at several fillfactors: claim.sql + complete.sql (batches of 100) on
+    one connection, per run: the server process's CPU and the WAL records it wrote. A
+    row updated where no room is left on its page moves to another page, and PostgreSQL
+    writes an extra Heap/LOCK record for the old version before it lets go of that page;
+    room left at insert lets both of a run's updates stay on its page."""
+    print(f"== fillfactor: drain {n:,} runs per side, {rounds} rounds, interleaved")
+    wal = "SELECT wal_records FROM pg_stat_wal"
+    seen: dict[int, list[tuple[float, float]]] = {f: [] for f in factors}
+    for r in range(rounds):
+        for f in factors if r % 2 == 0 else tuple(reversed(factors)):
+            scratch.fresh()
+            with scratch.connect() as conn:
+                conn.execute(f"ALTER TABLE pgqueue.runs SET (fillfactor = {int(f)})")
+                bulk_load(conn, n)
+                vacuum_analyze(conn)
+                drain = _Drain(conn, "bench", 100)
+                records0 = _one(conn, wal)
+                cpu0 = backend_cpu(conn)
+                while not drain.done:
+                    drain.run(50, pipelined=False)
+                cpu = backend_cpu(conn) - cpu0
+                records = _one(conn, wal) - records0
+            seen[f].append((1e6 * cpu / n, records / n))
+            print(
+                f"  round {r + 1} fillfactor {f:3d}: server CPU {1e6 * cpu / n:5.1f} us/run,"
+                f" {records / n:4.2f} WAL records/run, {drain.rate:7,.0f} runs/s"
+            )
+    for f, got in seen.items():
+        print(
+            f"  fillfactor {f:3d}: median server CPU"
+            f" {statistics.median(c for c, _ in got):5.1f} us/run,"
+            f" {statistics.median(w for _, w in got):4.2f} WAL records/run"
+        )
+    scratch.drop()
+
+
+def _one(conn: Conn, query: str) -> float:
+    row = conn.execute(query).fetchone()  # type: ignore[call-overload]
+    assert row is not None
+    return float(row[0])
 
 
 # -- enqueue_many: 12 arrays + ON CONFLICT, or one JSON document --------------------------------
@@ -786,6 +832,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "claim-commit": claim_commit,
     "drain-pipeline": drain_pipeline,
     "server-cpu": server_cpu,
+    "fillfactor": fillfactor,
     "completion-running": completion_running,
     "claim-walk": claim_walk,
     "drain-monitor": drain_monitor,
