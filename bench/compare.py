@@ -903,7 +903,7 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
         if args.deep:
             # a queue that stays deep for the whole drain: steady state, not a burst; for
             # pgqueue once more at the concurrency of earlier sessions (claims of 50)
-            drains = [("deep", 1, None), ("deep2", 2, None)]
+            drains: list[tuple[str, int, int | None]] = [("deep", 1, None), ("deep2", 2, None)]
             if isinstance(lib, PgqueueLib):
                 drains += [("deep_c100", 1, CONCURRENCY), ("deep2_c100", 2, CONCURRENCY)]
             for kind, workers, concurrency in drains:

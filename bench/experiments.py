@@ -5,7 +5,7 @@ database so that machine noise hits both sides alike.
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
         completion-running claim-walk limited-walk drain-monitor enqueue-jsonb group-index \
-        fillfactor \
+        fillfactor wal-records pickup-split \
         enqueue-plain startup python-costs
 """
 
@@ -16,6 +16,7 @@ import asyncio
 import functools
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -40,6 +41,7 @@ from bench.common import (
     Conn,
     Scratch,
     bulk_load,
+    percentile,
     subprocess_env,
     vacuum_analyze,
     worker_command,
@@ -326,6 +328,96 @@ def _one(conn: Conn, query: str) -> float:
     row = conn.execute(query).fetchone()  # type: ignore[call-overload]
     assert row is not None
     return float(row[0])
+
+
+def wal_records(scratch: Scratch, n: int = 50_000) -> None:
+    """The WAL a drain writes, by record type (pg_waldump --stats=record), per run: one
+    worker process (bench.apps' async no-op, concurrency 200) drains `n` bulk-loaded runs.
+    Needs the server's pg_wal directory on this machine (PGQUEUE_BENCH_PGWAL, default the
+    Debian PostgreSQL 15 layout) and pg_waldump on PATH or next to it. Other databases'
+    writes during the drain land in the range too: run it on a quiet server."""
+    pg_wal = os.environ.get("PGQUEUE_BENCH_PGWAL", "/var/lib/postgresql/15/main/pg_wal")
+    waldump = "/usr/lib/postgresql/15/bin/pg_waldump"
+    if not Path(waldump).exists():
+        waldump = "pg_waldump"
+    print(f"== wal-records: drain {n:,} runs, WAL records per run by type")
+    dsn = scratch.fresh()
+    with scratch.connect() as conn:
+        bulk_load(conn, n, task="bench.anoop", queue=apps.ASYNC_QUEUE)
+        vacuum_analyze(conn)
+        start = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    cmd = worker_command(dsn, apps.ASYNC_QUEUE, 200, burst=True)
+    subprocess.run(cmd, env=subprocess_env(), check=True)
+    with scratch.connect() as conn:
+        end = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert start is not None and end is not None
+    out = subprocess.run(
+        [waldump, "-p", pg_wal, "-s", start[0], "-e", end[0], "--stats=record"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 2 and "/" in parts[0] and parts[1].isdigit() and int(parts[1]) >= n // 100:
+            print(f"  {parts[0]:24s} {int(parts[1]) / n:5.2f} per run")
+        elif line.startswith("Total"):
+            print(f"  {'all':24s} {int(parts[1]) / n:5.2f} per run")
+    scratch.drop()
+
+
+def pickup_split(scratch: Scratch, pings: int = 500) -> None:
+    """Where an idle pickup's time goes, as bench.compare measures it (enqueue a ping,
+    the task body reports over UDP): enqueue call start -> its transaction's start on the
+    server (created_at), -> the claim's transaction start (started_at), -> the task body;
+    one bench.compare pgqueue worker, a ping every 15 to 35 ms."""
+    from bench import compare  # the peers' imports, only for this experiment
+
+    print(f"== pickup-split: {pings} pings")
+    lib = compare.PgqueueLib("pgqueue", scratch.server)
+    lib.fresh()
+    sent: dict[int, tuple[float, float]] = {}
+    got = compare.Pings(lib)
+    rng = random.Random(1)
+    try:
+        with lib.workers(1):
+            time.sleep(4.0)  # start-up and LISTEN, as compare.pickup
+            for i in range(pings + 10):
+                t0 = time.time()
+                lib.ping(i)
+                sent[i] = (t0, time.time())
+                got.collect(time.monotonic() + rng.uniform(0.015, 0.035))
+            got.collect(time.monotonic() + 2.0)
+        with psycopg.connect(lib.dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT (args->>0)::int, extract(epoch FROM created_at)::float8,"
+                " extract(epoch FROM started_at)::float8 FROM pgqueue.runs"
+                " WHERE task = 'cmp.ping'"
+            ).fetchall()
+    finally:
+        got.close()
+        lib.close()
+        lib.drop()
+    parts: dict[str, list[float]] = {
+        "call -> transaction start": [],
+        "enqueue call": [],
+        "transaction -> claim start": [],
+        "claim start -> task body": [],
+        "all": [],
+    }
+    for i, created, started in rows:
+        body = got.got.get(("p", i))
+        if i < 10 or body is None:
+            continue
+        call, returned = sent[i]
+        parts["call -> transaction start"].append(1000 * (created - call))
+        parts["enqueue call"].append(1000 * (returned - call))
+        parts["transaction -> claim start"].append(1000 * (started - created))
+        parts["claim start -> task body"].append(1000 * (body - started))
+        parts["all"].append(1000 * (body - call))
+    for name, values in parts.items():
+        q = [percentile(values, p) for p in (50, 95, 99)]
+        print(f"  {name:28s} p50 {q[0]:5.2f}  p95 {q[1]:5.2f}  p99 {q[2]:5.2f} ms")
 
 
 # -- enqueue_many: 12 arrays + ON CONFLICT, or one JSON document --------------------------------
@@ -646,7 +738,8 @@ def completion_running(
             bulk_load(conn, other + 2 * rounds * cycles * 50 + 1000)
             vacuum_analyze(conn)
             conn.execute("SET plan_cache_mode = force_generic_plan")
-            params = {"queue": "bench", "limit": 50, "worker_id": uuid.uuid4(), "lease_seconds": 30}
+            worker_id = uuid.uuid4()
+            params = {"queue": "bench", "limit": 50, "worker_id": worker_id, "lease_seconds": 30}
             params |= FROM_FRONT
             if other:
                 busy = params | {"limit": other, "worker_id": uuid.uuid4(), "lease_seconds": 3600}
@@ -658,9 +751,7 @@ def completion_running(
                     for _ in range(cycles):
                         rows = conn.execute(_sql.query("claim"), params, prepare=True).fetchall()
                         outcomes = [Outcome(r[0], r[8], "succeeded", result="null") for r in rows]
-                        conn.execute(
-                            query, complete_params(outcomes, params["worker_id"]), prepare=True
-                        )
+                        conn.execute(query, complete_params(outcomes, worker_id), prepare=True)
                         n += len(rows)
                     spent[name].append(1e6 * (backend_cpu(conn) - cpu0) / n)
         for name, values in spent.items():
@@ -833,6 +924,8 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "drain-pipeline": drain_pipeline,
     "server-cpu": server_cpu,
     "fillfactor": fillfactor,
+    "wal-records": wal_records,
+    "pickup-split": pickup_split,
     "completion-running": completion_running,
     "claim-walk": claim_walk,
     "drain-monitor": drain_monitor,
