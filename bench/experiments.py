@@ -5,7 +5,7 @@ database so that machine noise hits both sides alike.
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
         completion-running claim-walk limited-walk drain-monitor enqueue-jsonb group-index \
-        fillfactor wal-records pickup-split \
+        fillfactor index-cost wal-records pickup-split \
         enqueue-plain startup python-costs
 """
 
@@ -294,13 +294,42 @@ def fillfactor(
     writes an extra Heap/LOCK record for the old version before it lets go of that page;
     room left at insert lets both of a run's updates stay on its page."""
     print(f"== fillfactor: drain {n:,} runs per side, {rounds} rounds, interleaved")
+    variants = {
+        f"fillfactor {f:3d}": f"ALTER TABLE pgqueue.runs SET (fillfactor = {int(f)})"
+        for f in factors
+    }
+    _schema_variants(scratch, variants, n, rounds)
+
+
+def index_cost(scratch: Scratch, n: int = 60_000, rounds: int = 4) -> None:
+    """What the indexes a run enters after its enqueue cost per run: claim.sql +
+    complete.sql as in `fillfactor`, with the schema as it is, without runs_finished_idx
+    (entered at completion; pruning and "finished lately" read it), and without
+    runs_lease_idx too (entered at the claim; the rescuer reads it). A measurement of the
+    price of each, not a schema anyone should run."""
+    print(f"== index-cost: drain {n:,} runs per side, {rounds} rounds, interleaved")
+    variants = {
+        "as is": "SELECT 1",
+        "no runs_finished_idx": "DROP INDEX pgqueue.runs_finished_idx",
+        "no runs_finished_idx, runs_lease_idx": (
+            "DROP INDEX pgqueue.runs_finished_idx; DROP INDEX pgqueue.runs_lease_idx"
+        ),
+    }
+    _schema_variants(scratch, variants, n, rounds)
+
+
+def _schema_variants(scratch: Scratch, variants: dict[str, str], n: int, rounds: int) -> None:
+    """Drain `n` bulk-loaded runs with claim.sql + complete.sql (batches of 100) on one
+    connection after each variant's DDL, rounds interleaved: the server process's CPU and
+    the WAL records (cluster-wide: run it on a quiet server) per run."""
     wal = "SELECT wal_records FROM pg_stat_wal"
-    seen: dict[int, list[tuple[float, float]]] = {f: [] for f in factors}
+    seen: dict[str, list[tuple[float, float]]] = {label: [] for label in variants}
+    order = list(variants)
     for r in range(rounds):
-        for f in factors if r % 2 == 0 else tuple(reversed(factors)):
+        for label in order if r % 2 == 0 else order[::-1]:
             scratch.fresh()
             with scratch.connect() as conn:
-                conn.execute(f"ALTER TABLE pgqueue.runs SET (fillfactor = {int(f)})")
+                conn.execute(variants[label])  # type: ignore[call-overload]
                 bulk_load(conn, n)
                 vacuum_analyze(conn)
                 drain = _Drain(conn, "bench", 100)
@@ -310,15 +339,15 @@ def fillfactor(
                     drain.run(50, pipelined=False)
                 cpu = backend_cpu(conn) - cpu0
                 records = _one(conn, wal) - records0
-            seen[f].append((1e6 * cpu / n, records / n))
+            seen[label].append((1e6 * cpu / n, records / n))
             print(
-                f"  round {r + 1} fillfactor {f:3d}: server CPU {1e6 * cpu / n:5.1f} us/run,"
+                f"  round {r + 1} {label}: server CPU {1e6 * cpu / n:5.1f} us/run,"
                 f" {records / n:4.2f} WAL records/run, {drain.rate:7,.0f} runs/s"
             )
-    for f, got in seen.items():
+    for label, got in seen.items():
         print(
-            f"  fillfactor {f:3d}: median server CPU"
-            f" {statistics.median(c for c, _ in got):5.1f} us/run,"
+            f"  {label}: median server CPU {statistics.median(c for c, _ in got):5.1f} us/run"
+            f" ({' / '.join(f'{c:.1f}' for c, _ in got)}),"
             f" {statistics.median(w for _, w in got):4.2f} WAL records/run"
         )
     scratch.drop()
@@ -924,6 +953,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "drain-pipeline": drain_pipeline,
     "server-cpu": server_cpu,
     "fillfactor": fillfactor,
+    "index-cost": index_cost,
     "wal-records": wal_records,
     "pickup-split": pickup_split,
     "completion-running": completion_running,
