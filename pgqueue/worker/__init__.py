@@ -495,8 +495,8 @@ class Worker:
         if exc is not None:
             log.error("run %s: internal error in the worker", held.id, exc_info=exc)
             outcome = None
-        if held.timed_out:
-            pass  # the timeout's failure was written; the slot was busy until now
+        if held.submitted:
+            pass  # timed out: its failure was written; the slot was busy until now
         elif outcome is None or held.lost or held.released:
             self.transitions.finished(held, None, False)
         else:
@@ -510,18 +510,14 @@ class Worker:
         stopped; ctx.cancelled tells it to)."""
         if held.submitted or held.lost or held.released:
             return
-        held.timed_out = True
         held.submitted = True
-        held.stop()
-        timeout = held.row.timeout_seconds or 0.0
-        outcome = _executor.failure(
-            held,
-            "timeout",
-            _executor.AttemptTimeout(_executor.timeout_message(timeout)),
-            retry=self.app.tasks[held.row.task].retry,
-            with_traceback=False,
+        timeout = _executor.AttemptTimeout(
+            _executor.timeout_message(held.row.timeout_seconds or 0.0)
         )
-        self.completer.post(outcome, held)
+        # as an async attempt's timeout: ctx.cancelled set, the failure per retry policy
+        outcome = _executor.raised(held, self.app.tasks[held.row.task], timeout)
+        if outcome is not None:
+            self.completer.post(outcome, held)
 
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""

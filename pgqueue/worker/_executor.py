@@ -45,10 +45,8 @@ class Held:
     submitted: bool = False  # its outcome went to the completer: stop renewing
     lost: bool = False  # lease lost or run canceled: write nothing
     released: bool = False  # handed back at shutdown
-    # an attempt run wholly in a thread (attempt_in_thread): its timeout on the loop, and
-    # whether it fired (the timeout's failure is written; the thread may still run)
+    # an attempt run wholly in a thread (attempt_in_thread): its timeout, on the loop
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-    timed_out: bool = False
 
     def stop(self) -> None:
         """Ask the attempt to stop: ctx.cancelled for everyone, real cancellation for
@@ -106,12 +104,12 @@ def _check(worker: Worker, held: Held, task: Task[Any, Any] | None) -> Outcome |
     return None
 
 
-# What a task's call may raise that _raised() turns into an outcome: Suspend and LeaseLost
+# What a task's call may raise that raised() turns into an outcome: Suspend and LeaseLost
 # are BaseExceptions (a task's own `except Exception` must not swallow them).
 RAISED = (Exception, Suspend, LeaseLost)
 
 
-def _raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | None:
+def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | None:
     """The outcome of an attempt whose task raised `exc` (None: write nothing)."""
     if isinstance(exc, Suspend):
         return Outcome(
@@ -176,7 +174,7 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
             return None
         raise
     except RAISED as exc:
-        return _raised(held, task, exc)
+        return raised(held, task, exc)
     return _returned(worker, held, task, result)
 
 
@@ -202,7 +200,7 @@ def attempt_in_thread(worker: Worker, held: Held, task: Task[Any, Any]) -> Outco
     try:
         result = _call(worker, held, task)()
     except RAISED as exc:
-        return _raised(held, task, exc)
+        return raised(held, task, exc)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt: this run's failure
         if held.lost or held.released:
             return None
