@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from typing import Any
@@ -266,6 +267,38 @@ def test_async_task_that_finishes_without_suspending(app: pgqueue.App) -> None:
     burst(app, concurrency=20)
     assert [app.get_run(h.id).result for h in handles] == [2 * i for i in range(50)]
     assert app.get_run(bad.id).state == "failed"
+
+
+def test_each_async_body_runs_in_its_own_asyncio_task(app: pgqueue.App) -> None:
+    """Whatever the interpreter (on 3.12+ an attempt's task starts eagerly, its first
+    step inside Worker._claim), an async body's code runs in its own asyncio task from
+    its first line: asyncio.current_task() is its own, a ContextVar it sets is seen by no
+    other run, and an asyncio.timeout it opens before its first await cancels only it."""
+    var: contextvars.ContextVar[int | None] = contextvars.ContextVar("var", default=None)
+    seen: dict[int, tuple[int | None, int | None, asyncio.Task[Any] | None, bool]] = {}
+
+    @app.task
+    async def own(i: int) -> str:
+        before = var.get()
+        var.set(i)
+        me = asyncio.current_task()
+        try:
+            async with asyncio.timeout(0.05 if i == 0 else 5):
+                await asyncio.sleep(0.5 if i == 0 else 0)
+            outcome = "slept"
+        except TimeoutError:
+            outcome = "timed out"
+        seen[i] = (before, var.get(), me, me is asyncio.current_task())
+        return outcome
+
+    handles = own.enqueue_many([(i,) for i in range(20)])
+    w = burst(app, concurrency=20)
+    assert [app.get_run(h.id).result for h in handles] == ["timed out"] + ["slept"] * 19
+    assert w.stats["succeeded"] == 20
+    assert all(seen[i][:2] == (None, i) and seen[i][3] for i in range(20))
+    tasks = [seen[i][2] for i in range(20)]  # kept alive here: identities cannot repeat
+    assert len({id(t) for t in tasks}) == 20
+    assert all(t is not None and t.get_coro().__qualname__ == "Worker._execute" for t in tasks)
 
 
 def test_unknown_task_fails_without_blocking_the_queue(app: pgqueue.App) -> None:
