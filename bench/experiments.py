@@ -5,7 +5,7 @@ database so that machine noise hits both sides alike.
     python -m bench.experiments all
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
         completion-running claim-walk limited-walk drain-monitor enqueue-jsonb group-index \
-        fillfactor index-cost wal-records pickup-split \
+        fillfactor index-cost claim-tid wal-records pickup-split \
         enqueue-plain startup python-costs
 """
 
@@ -207,8 +207,9 @@ def drain_pipeline(scratch: Scratch, n: int = 30_000, batches: Sequence[int] = (
 
 
 class _Drain:
-    def __init__(self, conn: Conn, queue: str, batch: int) -> None:
+    def __init__(self, conn: Conn, queue: str, batch: int, claim: str | None = None) -> None:
         self.conn = conn
+        self.claim = claim if claim is not None else _sql.query("claim")
         self.worker_id = uuid.uuid4()
         self.params = {
             "queue": queue,
@@ -228,7 +229,7 @@ class _Drain:
 
     def run(self, cycles: int, *, pipelined: bool) -> None:
         t0 = time.perf_counter()
-        claim, complete = _sql.query("claim"), _sql.query("complete")
+        claim, complete = self.claim, _sql.query("complete")
         wid = self.worker_id
         for _ in range(cycles):
             if not pipelined:
@@ -294,7 +295,7 @@ def fillfactor(
     writes an extra Heap/LOCK record for the old version before it lets go of that page;
     room left at insert lets both of a run's updates stay on its page."""
     print(f"== fillfactor: drain {n:,} runs per side, {rounds} rounds, interleaved")
-    variants = {
+    variants: dict[str, str | tuple[str, str]] = {
         f"fillfactor {f:3d}": f"ALTER TABLE pgqueue.runs SET (fillfactor = {int(f)})"
         for f in factors
     }
@@ -308,7 +309,7 @@ def index_cost(scratch: Scratch, n: int = 60_000, rounds: int = 4) -> None:
     runs_lease_idx too (entered at the claim; the rescuer reads it). A measurement of the
     price of each, not a schema anyone should run."""
     print(f"== index-cost: drain {n:,} runs per side, {rounds} rounds, interleaved")
-    variants = {
+    variants: dict[str, str | tuple[str, str]] = {
         "as is": "SELECT 1",
         "no runs_finished_idx": "DROP INDEX pgqueue.runs_finished_idx",
         "no runs_finished_idx, runs_lease_idx": (
@@ -318,21 +319,52 @@ def index_cost(scratch: Scratch, n: int = 60_000, rounds: int = 4) -> None:
     _schema_variants(scratch, variants, n, rounds)
 
 
-def _schema_variants(scratch: Scratch, variants: dict[str, str], n: int, rounds: int) -> None:
+CLAIM_BY_TID = " WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked))"
+
+
+def claim_by_key() -> str:
+    """claim.sql as it was before session 9: the scans lock and return ids, and the update
+    finds each run again through the primary key."""
+    query = _sql.query("claim")
+    assert CLAIM_BY_TID in query, "claim.sql no longer updates by TID"
+    query = query.replace(CLAIM_BY_TID, " WHERE r.id = ANY(ARRAY(SELECT id FROM picked))")
+    return query.replace("SELECT ctid FROM", "SELECT id FROM")
+
+
+def claim_tid(scratch: Scratch, n: int = 60_000, rounds: int = 6) -> None:
+    """claim.sql updates the versions its scans locked by TID; before, by primary key
+    (claim_by_key): one descent of runs_pkey per run more. Server CPU per run as in
+    `fillfactor`."""
+    print(f"== claim-tid: drain {n:,} runs per side, {rounds} rounds, interleaved")
+    variants: dict[str, str | tuple[str, str]] = {
+        "update by TID (claim.sql)": "SELECT 1",
+        "update by primary key": ("SELECT 1", claim_by_key()),
+    }
+    _schema_variants(scratch, variants, n, rounds)
+
+
+def _schema_variants(
+    scratch: Scratch, variants: dict[str, str | tuple[str, str]], n: int, rounds: int
+) -> None:
     """Drain `n` bulk-loaded runs with claim.sql + complete.sql (batches of 100) on one
-    connection after each variant's DDL, rounds interleaved: the server process's CPU and
-    the WAL records (cluster-wide: run it on a quiet server) per run."""
+    connection after each variant's DDL (a variant may also be (DDL, its own claim
+    query)), rounds interleaved: the server process's CPU and the WAL records
+    (cluster-wide: run it on a quiet server) per run."""
     wal = "SELECT wal_records FROM pg_stat_wal"
     seen: dict[str, list[tuple[float, float]]] = {label: [] for label in variants}
     order = list(variants)
     for r in range(rounds):
         for label in order if r % 2 == 0 else order[::-1]:
             scratch.fresh()
+            variant = variants[label]
+            ddl, claim = variant if isinstance(variant, tuple) else (variant, None)
             with scratch.connect() as conn:
-                conn.execute(variants[label])  # type: ignore[call-overload]
+                # as on a worker's connection (Worker: plan_cache_mode)
+                conn.execute("SET plan_cache_mode = force_generic_plan")
+                conn.execute(ddl)  # type: ignore[call-overload]
                 bulk_load(conn, n)
                 vacuum_analyze(conn)
-                drain = _Drain(conn, "bench", 100)
+                drain = _Drain(conn, "bench", 100, claim)
                 records0 = _one(conn, wal)
                 cpu0 = backend_cpu(conn)
                 while not drain.done:
@@ -954,6 +986,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "server-cpu": server_cpu,
     "fillfactor": fillfactor,
     "index-cost": index_cost,
+    "claim-tid": claim_tid,
     "wal-records": wal_records,
     "pickup-split": pickup_split,
     "completion-running": completion_running,

@@ -27,7 +27,7 @@ WITH open AS (
                                OR q.group_concurrency IS NOT NULL)) AS yes
 ),
 ahead AS (
-    SELECT id FROM pgqueue.runs
+    SELECT ctid FROM pgqueue.runs
     WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
       AND priority < %(after_priority)s
     ORDER BY priority, id
@@ -35,7 +35,7 @@ ahead AS (
     FOR UPDATE SKIP LOCKED
 ),
 onward AS (
-    SELECT id FROM pgqueue.runs
+    SELECT ctid FROM pgqueue.runs
     WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
       AND (priority, id) > (%(after_priority)s, %(after_id)s)
     ORDER BY priority, id
@@ -43,7 +43,7 @@ onward AS (
     FOR UPDATE SKIP LOCKED
 ),
 behind AS (
-    SELECT id FROM pgqueue.runs
+    SELECT ctid FROM pgqueue.runs
     WHERE state = 'queued' AND queue = %(queue)s AND (SELECT yes FROM open)
       -- Row comparisons only, no `priority = ...`: runs_claim_idx serves them, and the
       -- primary key cannot give their order (with an equality on priority, a generic
@@ -55,9 +55,9 @@ behind AS (
     FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id FROM ahead
-    UNION ALL SELECT id FROM onward
-    UNION ALL SELECT id FROM behind
+    SELECT ctid FROM ahead
+    UNION ALL SELECT ctid FROM onward
+    UNION ALL SELECT ctid FROM behind
     LIMIT %(limit)s
 )
 UPDATE pgqueue.runs r
@@ -67,9 +67,15 @@ UPDATE pgqueue.runs r
        lease_token = gen_random_uuid(),
        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
        started_at = now()
- -- = ANY(ARRAY(...)) rather than a join: a generic plan then still probes the primary
- -- key instead of hashing against a scan of the whole table.
- WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+ -- By the row versions the scans above locked (a TID scan): no second descent of the
+ -- primary key per run (about 4% of the server's CPU in a drain: bench/RESULTS.md,
+ -- session 9). A version locked here cannot move or go before the statement ends. Had
+ -- another transaction updated a run after this statement's snapshot was taken, the
+ -- lock above went to its newest version, which this snapshot does not see: that run is
+ -- left out of this claim (still queued; the lock ends with the transaction). = ANY(ARRAY
+ -- (...)) rather than a join: a generic plan then still fetches by TID instead of
+ -- hashing against a scan of the whole table.
+ WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked))
    AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
 -- The lease token goes out as text: the worker only hands it back (a UUID object per run
 -- cost ~0.7 us of worker CPU to parse and print again, for nothing).
