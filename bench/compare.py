@@ -58,6 +58,7 @@ import asyncio
 import contextlib
 import json
 import os
+import platform
 import random
 import shlex
 import socket
@@ -1175,7 +1176,9 @@ def main(argv: list[str] | None = None) -> int:
 def _versions() -> str:
     from importlib.metadata import version
 
-    return ", ".join(f"{x} {version(x)}" for x in ("pgqueue", "procrastinate", "pgqueuer"))
+    libs = ", ".join(f"{x} {version(x)}" for x in ("pgqueue", "procrastinate", "pgqueuer"))
+    # the interpreter matters: on 3.12+ a pgqueue worker starts attempts eagerly
+    return f"{libs}, Python {platform.python_version()}"
 
 
 if __name__ == "__main__":
