@@ -68,7 +68,7 @@ UPDATE pgqueue.runs r
        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
        started_at = now()
  -- By the row versions the scans above locked (a TID scan): no second descent of the
- -- primary key per run (about 4% of the server's CPU in a drain: bench/RESULTS.md,
+ -- primary key per run (about 5% of the server's CPU in a drain: bench/RESULTS.md,
  -- session 9). A version locked here cannot move or go before the statement ends. Had
  -- another transaction updated a run after this statement's snapshot was taken, the
  -- lock above went to its newest version, which this snapshot does not see: that run is

@@ -65,7 +65,7 @@ def _task_starter(
     """How Worker._claim starts an attempt's asyncio task. On Python 3.12+ the task starts
     eagerly: its first step runs at once, inside the task (asyncio.current_task() is the
     task itself, as it is for any task), and an attempt that finishes without suspending
-    never goes through the loop's ready queue: about 1.3 us of CPU less per run
+    never goes through the loop's ready queue: about 2 us of worker CPU less per run
     (bench/RESULTS.md, session 9). On 3.11 there is no correct way to do that (a task
     cannot be created without being scheduled), so it is the loop's own create_task
     (asyncio.create_task would look the loop up and name the task, per run)."""
