@@ -199,12 +199,8 @@ def attempt_in_thread(worker: Worker, held: Held, task: Task[Any, Any]) -> Outco
         return refused
     try:
         result = _call(worker, held, task)()
-    except RAISED as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this run's failure
         return raised(held, task, exc)
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt: this run's failure
-        if held.lost or held.released:
-            return None
-        return failure(held, "error", exc, retry=task.retry)
     return _returned(worker, held, task, result)
 
 
