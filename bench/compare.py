@@ -47,6 +47,13 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
    against step 3's 12,000: a quarter of a second at pgqueue's rate, whose ratio moved
    from 0.76x to 1.39x between repeats of one run.
 
+Before each drain and each pickup series the server is made to write out what earlier
+steps left dirty (`CHECKPOINT`, settle()): otherwise a checkpoint's writes and fsyncs,
+which slow every commit's WAL flush for minutes, land in whichever library's step is
+running then (session 9's pickup p99s ranged from 4.5 to 41 ms between repeats). Until
+session 10 the pickup series had 300 pings, so its p99 was the third-slowest ping; it
+has 1,000 now.
+
 Tables go to bench/results/compare.md (+ .json, git-ignored) and a plot to
 bench/results/compare.png.
 """
@@ -732,16 +739,35 @@ def unfinished(conn: psycopg.Connection[Any], lib: Lib) -> int:
     return int(row[0])
 
 
+def settle(conn: psycopg.Connection[Any]) -> None:
+    """Write out what earlier steps left dirty (CHECKPOINT) before a timed step, so that
+    the server's own flushing of them (a checkpoint's writes and fsyncs, which slow every
+    commit's WAL flush) does not fall into one library's measurement and not another's.
+    Needs a superuser or pg_checkpoint (PostgreSQL 15+); without either it does nothing."""
+    global _settle_refused
+    if _settle_refused:
+        return
+    try:
+        conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        _settle_refused = True
+        print("  (no CHECKPOINT before timed steps: the role may not run it)", flush=True)
+
+
+_settle_refused = False
+
+
 def drain_rate(lib: Lib, cap: float, workers: int = 1, timeout: float = 600.0) -> tuple[float, int]:
     """Start `workers` worker processes and watch them drain what is queued (watch_drain),
     at most `cap` seconds after the first job left the queue; (jobs/s, jobs done). The
-    library's tables are vacuumed and analyzed before, and after the leftovers are
-    deleted."""
+    library's tables are vacuumed and analyzed before (then settle()), and after the
+    leftovers are deleted."""
     with psycopg.connect(lib.dsn, autocommit=True) as conn:
         # Autovacuum is off on our server: do what it would have done by now (after the
         # load, and after the drain below), so that neither dead rows nor stale
         # statistics of an earlier step slow this one.
         lib.vacuum(conn)
+        settle(conn)
         n, since = unfinished(conn, lib), db_clock(conn)
         with lib.workers(workers) as procs:
             d = watch_drain(conn, lib, procs, n, since, cap=cap, timeout=timeout)
@@ -792,6 +818,8 @@ def pickup(lib: Lib, n: int, warmup: int, seed: int) -> list[float]:
     pings = Pings(lib)
     sent: dict[int, float] = {}
     rng = random.Random(seed)
+    with psycopg.connect(lib.dsn, autocommit=True) as conn:
+        settle(conn)
     try:
         with lib.workers(1):
             time.sleep(4.0)  # start-up and LISTEN
@@ -1094,7 +1122,9 @@ def plot(results: dict[str, Samples], path: Path) -> None:
         }
         ax.set_xticklabels([names.get(k, k) for k in keys])
         ax.set_title(title, fontsize=10)
-        if title in log_scale:
+        if title in log_scale and any(
+            med(getattr(results[lib], k)) > 0 for lib in libs for k in keys
+        ):  # a partial run (--chains 0) has nothing to put on a log scale
             ax.set_yscale("log")
             ax.margins(y=0.5)
         else:
@@ -1114,7 +1144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--libs", default=",".join(LIBS))
     p.add_argument("--batches", type=int, default=10, help="bulk: batches of 1,000 timed")
     p.add_argument("--single", type=int, default=300, help="single enqueues timed")
-    p.add_argument("--pickups", type=int, default=300, help="pickup samples per repeat")
+    p.add_argument("--pickups", type=int, default=1000, help="pickup samples per repeat")
     p.add_argument("--deep", type=int, default=60_000, help="jobs for the deep drains (0: skip)")
     p.add_argument("--two-runs", type=int, default=12_000, help="jobs for 2 workers (0: skip)")
     p.add_argument("--chains", type=int, default=1000, help="chains started at once (0: skip)")
