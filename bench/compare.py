@@ -24,9 +24,9 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
 4. idle pickup: the same worker, now idle and LISTENing; this process enqueues one `ping`
    job every 15-35 ms; the task body sends (i, time.time()) over UDP. Latency = task body
    start - enqueue call start, same host clock. A ping that has not run 10 s after the
-   last was sent counts as that wait, and the table notes how many (session 9 aborted
-   the run instead: in session 10 pgqueuer's worker once left 111 of 1,010 unrun
-   within its 2 s);
+   last was sent counts as that wait, and the table notes how many. Until session 10
+   the run stopped instead when over 5% had not run 2 s after the last was sent, as
+   pgqueuer's worker once left 111 of 1,010;
 3b. processing with two worker processes: --two-runs jobs bulk-enqueued (untimed), then
    two worker processes started as in step 3 drain them; same rate method;
 3c. deep queue: --deep jobs (60,000) bulk-enqueued (untimed), drained by one worker
