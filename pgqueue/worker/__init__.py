@@ -148,6 +148,8 @@ class Worker:
             # default 4 connections, 50 concurrent workflows would queue for them.
             app.pool_size = max(app.pool_size, min(concurrency, WORKFLOW_POOL_MAX))
         self._loop: asyncio.AbstractEventLoop | None = None
+        # how _claim starts an attempt's task, on this loop (_task_starter; set with it)
+        self._start_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
         self._signals = 0
@@ -192,6 +194,7 @@ class Worker:
 
     async def run_async(self, burst: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
+        self._start_task = _task_starter(self._loop)
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         metrics = self._serve_metrics()
@@ -428,7 +431,8 @@ class Worker:
         if not limited:
             self.marks.landed(queue, rows)
         rows.sort(key=lambda r: (r.priority, r.id))
-        start = _task_starter(asyncio.get_running_loop())
+        start = self._start_task
+        assert start is not None  # set by run_async, before any claim
         threaded = self._threaded
         for row in rows:
             held = Held(row.id, row.lease_token, row, self.app.make_context(row))
