@@ -6,7 +6,7 @@ database so that machine noise hits both sides alike.
     python -m bench.experiments claim-any claim-commit drain-pipeline server-cpu \
         completion-running claim-walk limited-walk drain-monitor enqueue-jsonb group-index \
         fillfactor index-cost claim-tid wal-records pickup-split \
-        enqueue-plain startup python-costs
+        enqueue-plain pool-turns startup python-costs
 """
 
 from __future__ import annotations
@@ -706,6 +706,53 @@ def enqueue_plain(scratch: Scratch, rounds: int = 3, samples: int = 6, batch: in
     scratch.drop()
 
 
+# -- single enqueue: one pooled connection, or two taking turns ------------------------------
+
+
+def pool_turns(scratch: Scratch, calls: int = 3000, rounds: int = 5) -> None:
+    """A single-run enqueue (enqueue_run.sql, as Task.enqueue sends it) per pool request,
+    back to back from one thread, through a psycopg_pool pool holding one connection and
+    through one holding two. psycopg_pool hands its idle connections out in turn, so with
+    two the calls alternate between two backends. Until session 11 the App's pool came
+    to hold two whenever its first request arrived before its first connection was open.
+    Rounds interleaved; wall and client CPU (user + sys) per call, medians."""
+    from psycopg_pool import ConnectionPool
+
+    print("== pool-turns (us per enqueue)")
+    dsn = scratch.fresh()
+    row = apps.noop.make_row((1,), {}, tasks.EnqueueOptions())
+    query, params = _statement([row], keyed=False)
+    params["notify"] = True
+    pools = {
+        n: ConnectionPool(dsn, min_size=n, max_size=n, kwargs={"autocommit": True}, open=False)
+        for n in (1, 2)
+    }
+    for pool in pools.values():
+        pool.open(wait=True)
+    got: dict[int, list[tuple[float, float]]] = {n: [] for n in pools}
+    try:
+        for _ in range(rounds):
+            for n, pool in pools.items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(calls):
+                    with pool.connection() as conn:
+                        conn.execute(query, params).fetchone()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                got[n].append((1e6 * wall / calls, 1e6 * cpu / calls))
+    finally:
+        for pool in pools.values():
+            pool.close()
+    for n, values in got.items():
+        walls = [w for w, _ in values]
+        print(
+            f"  {n} connection(s): {statistics.median(walls):6.1f} us wall"
+            f" ({1e6 / statistics.median(walls):,.0f} calls/s),"
+            f" {statistics.median(c for _, c in values):6.1f} us client CPU"
+            " (rounds: " + ", ".join(f"{w:.0f}" for w in walls) + ")"
+        )
+    scratch.drop()
+
+
 # -- start-up --------------------------------------------------------------------------------
 
 
@@ -997,6 +1044,7 @@ EXPERIMENTS: dict[str, Callable[[Scratch], None]] = {
     "enqueue-server": enqueue_server,
     "group-index": group_index,
     "enqueue-plain": enqueue_plain,
+    "pool-turns": pool_turns,
     "startup": startup,
     "python-costs": lambda _scratch: python_costs(),
 }

@@ -61,7 +61,7 @@ class AsyncApp:
                 min_size=1,
                 max_size=app.pool_size,
                 kwargs={"autocommit": True},
-                timeout=10,
+                timeout=db.POOL_TIMEOUT,
                 reconnect_timeout=db.RECONNECT_TIMEOUT,
                 open=False,
                 name="pgqueue-async",
@@ -94,10 +94,7 @@ class AsyncApp:
                 with db.translate_errors():
                     yield pooled
         except PoolTimeout:
-            raise ConfigError(
-                f"no database connection within 10s ({db.redact(self._app().dsn)}): "
-                "is the server up?"
-            ) from None
+            raise db.pool_timeout(self._app().dsn) from None
 
     async def aclose(self) -> None:
         """Close the async pool (e.g. in a FastAPI lifespan's shutdown)."""
@@ -148,7 +145,11 @@ async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str) -> None:
             "Check the DSN and that the server is running"
         ) from None
     await first.close()  # failed fast, in one line, on a bad DSN or server
-    await pool.open(wait=False)
+    try:
+        # with its first connection ready (see App._get_pool)
+        await pool.open(wait=True, timeout=db.POOL_TIMEOUT)
+    except PoolTimeout:
+        raise db.pool_timeout(dsn) from None
 
 
 async def _close_with_loop(pool: AsyncConnectionPool[AsyncConn]) -> None:

@@ -20,7 +20,7 @@ from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
 from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
-from pgqueue.errors import ConfigError, UnknownTask
+from pgqueue.errors import UnknownTask
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.runs import Run, RunHandle, found_run
 from pgqueue.tasks import (
@@ -248,17 +248,23 @@ class App(AsyncApp):
             if self._pool is None or self._pool_pid != os.getpid():
                 dsn = self.dsn
                 db.connect(dsn).close()  # fail fast, in one line, on a bad DSN or server
-                self._pool = ConnectionPool(
+                pool = ConnectionPool(
                     dsn,
                     min_size=1,
                     max_size=self.pool_size,
                     kwargs={"autocommit": True},
-                    timeout=10,
+                    timeout=db.POOL_TIMEOUT,
                     reconnect_timeout=db.RECONNECT_TIMEOUT,
-                    open=True,
+                    open=False,
                     name="pgqueue",
                 )
-                self._pool_pid = os.getpid()
+                # With its first connection ready: a request made while that is still
+                # being opened grows the pool by one, and psycopg_pool hands out its
+                # connections in turn, so a caller enqueueing one run at a time would
+                # then alternate between two backends for good, about 80 us slower per
+                # call (bench/RESULTS.md, session 11).
+                pool.open(wait=True, timeout=db.POOL_TIMEOUT)  # closes itself on timeout
+                self._pool, self._pool_pid = pool, os.getpid()
             return self._pool
 
     @contextlib.contextmanager
@@ -274,9 +280,7 @@ class App(AsyncApp):
             with self._get_pool().connection() as pooled, db.translate_errors():
                 yield pooled
         except PoolTimeout:
-            raise ConfigError(
-                f"no database connection within 10s ({db.redact(self.dsn)}): is the server up?"
-            ) from None
+            raise db.pool_timeout(self.dsn) from None
 
     def caller_connection(
         self, conn: psycopg.Connection[Any] | None = None

@@ -19,6 +19,8 @@ DSN_ENV = "PGQUEUE_DSN"
 # empty for up to about T more seconds although the server was back. Giving up early lets
 # the next request start a fresh attempt at once: pools reconnect within seconds.
 RECONNECT_TIMEOUT = 3.0
+# How long a pool's caller waits for a connection (and an opening pool for its first).
+POOL_TIMEOUT = 10.0
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -68,6 +70,13 @@ def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[tuple[ob
             f"cannot connect to PostgreSQL ({redact(dsn)}): {first_line(exc)}. "
             "Check the DSN and that the server is running"
         ) from None
+
+
+def pool_timeout(dsn: str) -> ConfigError:
+    """What a pool that could not hand out a connection in time raises instead."""
+    return ConfigError(
+        f"no database connection within {POOL_TIMEOUT:g}s ({redact(dsn)}): is the server up?"
+    )
 
 
 @contextlib.contextmanager

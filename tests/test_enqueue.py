@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -211,6 +212,38 @@ def test_dsn_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(pgqueue.ConfigError, match="cannot connect") as info:
         t.enqueue()
     assert "\n" not in str(info.value)
+
+
+def test_one_caller_at_a_time_keeps_to_one_pooled_connection(dsn: str) -> None:
+    """The App's pools open with their first connection ready. A first request made while
+    that connection was still being opened grew the pool by one (a few ms later), and
+    psycopg_pool hands its connections out in turn: a caller enqueueing one run at a time
+    then alternated between two backends for good, about 80 us slower per call
+    (bench/RESULTS.md, session 11). Watched for WINDOW seconds of back-to-back requests."""
+    window = 0.3
+    app = pgqueue.App(dsn)
+
+    def backends() -> set[int]:
+        seen, deadline = set(), time.monotonic() + window
+        while time.monotonic() < deadline:
+            with app.connection() as c:
+                seen.add(c.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        return seen
+
+    async def backends_async() -> set[int]:
+        seen, deadline = set(), time.monotonic() + window
+        while time.monotonic() < deadline:
+            async with app.async_connection() as c:
+                row = await (await c.execute("SELECT pg_backend_pid()")).fetchone()
+                seen.add(row[0])  # type: ignore[index]
+        await app.aclose()
+        return seen
+
+    try:
+        assert len(backends()) == 1
+        assert len(asyncio.run(backends_async())) == 1
+    finally:
+        app.close()
 
 
 def test_unmigrated_database_says_what_to_do(server_params: dict[str, Any]) -> None:
