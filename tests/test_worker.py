@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import threading
 import time
 from typing import Any
@@ -626,3 +627,32 @@ def test_burst_returns_once_every_outcome_is_written(
     assert worker.completer.unwritten == 0
     states = dict(conn.execute("SELECT state, count(*) FROM pgqueue.runs GROUP BY 1").fetchall())
     assert states == {"succeeded": 300}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        "{}",
+        "[1, 2.5, -3e10, true, false, null]",
+        '{"a": [1, {"b": "c\\u00e9\\n"}], "": 0}',
+        '"just a string"',
+        "12",
+        "[1] ",  # not as jsonb prints, still JSON
+    ],
+)
+def test_the_workers_json_loader_agrees_with_json_loads(text: str) -> None:
+    """The worker's jsonb loader (args, kwargs) takes shortcuts; it must read what
+    json.loads reads, from str and from bytes."""
+    from pgqueue.worker import _loads_json
+
+    assert _loads_json(text) == json.loads(text)
+    assert _loads_json(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", "[1", "[1] x", "nope"])
+def test_the_workers_json_loader_rejects_what_json_loads_rejects(text: str) -> None:
+    from pgqueue.worker import _loads_json
+
+    with pytest.raises(json.JSONDecodeError):
+        _loads_json(text.encode())

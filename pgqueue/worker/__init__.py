@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import json.scanner
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from psycopg import AsyncConnection
 from psycopg.types.json import set_json_loads
@@ -649,17 +650,29 @@ def monotonic() -> float:
     return time.monotonic()
 
 
-_decode_json = json.JSONDecoder().decode
+_decoder = json.JSONDecoder()
+_decode_json = _decoder.decode
+_scan_json = json.scanner.make_scanner(cast(Any, _decoder))  # what decode() calls
 
 
 def _loads_json(data: str | bytes) -> Any:
     """json.loads for the worker's connections, with the common empty kwargs and args
-    made without a parse (a claim loads two documents per run)."""
+    made without a parse (a claim loads two documents per run). Other documents go
+    straight to the decoder's scanner, as jsonb's text has no whitespace around the
+    value (0.3 us against 0.7 for JSONDecoder.decode per document, session 11); anything
+    else takes the full decode, for its error message."""
     if data == b"{}":
         return {}
     if data == b"[]":
         return []
-    return _decode_json(data if isinstance(data, str) else data.decode())
+    text = data if isinstance(data, str) else data.decode()
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):
+        return _decode_json(text)
+    return value
 
 
 async def _configure_connection(conn: AsyncConnection[Any], *, generic_plans: bool) -> None:
