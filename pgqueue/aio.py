@@ -57,14 +57,7 @@ class AsyncApp:
             if owner is loop and self._apool_guard is not None:
                 self._apool_guard.cancel()  # closes the pool it replaces
             self._apool = AsyncConnectionPool(
-                app.dsn,
-                min_size=1,
-                max_size=app.pool_size,
-                kwargs={"autocommit": True},
-                timeout=db.POOL_TIMEOUT,
-                reconnect_timeout=db.RECONNECT_TIMEOUT,
-                open=False,
-                name="pgqueue-async",
+                app.dsn, name="pgqueue-async", **db.app_pool_options(app.pool_size)
             )
             self._apool_loop = weakref.ref(loop)
             self._apool_pid = os.getpid()

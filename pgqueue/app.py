@@ -248,16 +248,7 @@ class App(AsyncApp):
             if self._pool is None or self._pool_pid != os.getpid():
                 dsn = self.dsn
                 db.connect(dsn).close()  # fail fast, in one line, on a bad DSN or server
-                pool = ConnectionPool(
-                    dsn,
-                    min_size=1,
-                    max_size=self.pool_size,
-                    kwargs={"autocommit": True},
-                    timeout=db.POOL_TIMEOUT,
-                    reconnect_timeout=db.RECONNECT_TIMEOUT,
-                    open=False,
-                    name="pgqueue",
-                )
+                pool = ConnectionPool(dsn, name="pgqueue", **db.app_pool_options(self.pool_size))
                 # With its first connection ready: a request made while that is still
                 # being opened grows the pool by one, and psycopg_pool hands out its
                 # connections in turn, so a caller enqueueing one run at a time would

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -21,6 +22,19 @@ DSN_ENV = "PGQUEUE_DSN"
 RECONNECT_TIMEOUT = 3.0
 # How long a pool's caller waits for a connection (and an opening pool for its first).
 POOL_TIMEOUT = 10.0
+
+
+def app_pool_options(max_size: int) -> dict[str, Any]:
+    """What the App's pools (sync and async) share. They start closed: the App opens
+    them waiting for their first connection (see App._get_pool)."""
+    return {
+        "min_size": 1,
+        "max_size": max_size,
+        "kwargs": {"autocommit": True},
+        "timeout": POOL_TIMEOUT,
+        "reconnect_timeout": RECONNECT_TIMEOUT,
+        "open": False,
+    }
 
 
 def resolve_dsn(dsn: str | None) -> str:
