@@ -524,6 +524,34 @@ def test_completion_document_round_trip(app: pgqueue.App, conn: psycopg.Connecti
     assert errors == [(d, "error", "bad \\x00 ? é", "tb"), (e, "error", "E: x", None)]
 
 
+def test_plain_successes_are_fenced_by_their_own_tokens(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """complete.sql's hot path (plain successes: ids and a token per id) writes a run only
+    with the token its own claim handed out, not with one of another run in the batch."""
+
+    @app.task
+    def t() -> None: ...
+
+    ids = [h.id for h in t.enqueue_many([() for _ in range(3)])]
+    params = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
+    claimed = conn.execute(_sql.query("claim"), params | FROM_FRONT).fetchall()
+    tokens = {r[0]: r[8] for r in claimed}
+    a, b, c = ids
+    swapped = [
+        Outcome(a, tokens[b], "succeeded", result="1"),
+        Outcome(b, tokens[a], "succeeded", result="2"),
+        Outcome(c, tokens[c], "succeeded", result='{"ok": [1, null]}'),
+    ]
+    sent = complete_params(swapped, WORKER)
+    assert sent["succeeded"] == f"{{{a},{b},{c}}}" and sent["outcomes"] == "[]"
+    written = conn.execute(_sql.query("complete"), sent).fetchall()
+    assert [r[0] for r in written] == [c]
+    states = dict(conn.execute("SELECT id, state FROM pgqueue.runs").fetchall())
+    assert states == {a: "running", b: "running", c: "succeeded"}
+    assert app.get_run(c).result == {"ok": [1, None]}
+
+
 def test_claims_commit_asynchronously_outcomes_do_not(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:

@@ -126,8 +126,43 @@ class Completer:
 
 
 def complete_params(outcomes: Iterable[Outcome], worker_id: UUID) -> dict[str, Any]:
-    """complete.sql's parameters for a batch of outcomes written by worker `worker_id`."""
-    return {"outcomes": document(outcomes), "worker_id": worker_id}
+    """complete.sql's parameters for a batch of outcomes written by worker `worker_id`.
+
+    Plain successes (nothing but a result) take the statement's hot path: their ids as
+    one array literal and two JSON objects keyed by id, the lease tokens and the results
+    other than JSON null. Everything else goes in one JSON document (`document`)."""
+    ids: list[str] = []
+    tokens: list[str] = []
+    results: list[str] = []
+    others: list[Outcome] = []
+    for o in outcomes:
+        result = o.result
+        if (
+            o.state == "succeeded"
+            and result is not None
+            and o.error is None
+            and not o.refund
+            and o.error_kind is None
+            and o.traceback is None
+            and o.wait_event is None
+            and o.wait_key is None
+            and o.wait_since is None
+            and o.wait_run_id is None
+        ):
+            key = str(o.id)
+            ids.append(key)
+            tokens.append(f'"{key}":"{o.lease_token}"')
+            if result != "null":
+                results.append(f'"{key}":{result}')
+        else:
+            others.append(o)
+    return {
+        "succeeded": "{" + ",".join(ids) + "}",
+        "tokens": "{" + ",".join(tokens) + "}",
+        "results": "{" + ",".join(results) + "}",
+        "outcomes": document(others),
+        "worker_id": worker_id,
+    }
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
@@ -139,11 +174,6 @@ def document(outcomes: Iterable[Outcome]) -> str:
     `result` is already JSON text and goes in as is, wrapped in a one-element array."""
     parts = []
     for o in outcomes:
-        if o.state == "succeeded" and not o.refund and o.error is None and _plain(o):
-            # the hot path: a success carries nothing else complete.sql reads
-            head = f'{{"id":{o.id:d},"lease_token":"{o.lease_token}","state":"succeeded"'
-            parts.append(head + "}" if o.result is None else f'{head},"result":[{o.result}]}}')
-            continue
         fields: dict[str, Any] = {
             "id": int(o.id),
             "lease_token": o.lease_token,
@@ -167,17 +197,6 @@ def document(outcomes: Iterable[Outcome]) -> str:
             text = f'{text[:-1]},"result":[{o.result}]}}'
         parts.append(text)
     return "[" + ",".join(parts) + "]"
-
-
-def _plain(o: Outcome) -> bool:
-    return (
-        o.error_kind is None
-        and o.traceback is None
-        and o.wait_event is None
-        and o.wait_key is None
-        and o.wait_since is None
-        and o.wait_run_id is None
-    )
 
 
 def _text(value: str) -> str:
