@@ -64,7 +64,11 @@ UPDATE pgqueue.runs r
    SET state = 'running',
        attempt = r.attempt + 1,
        worker_id = %(worker_id)s,
-       lease_token = gen_random_uuid(),
+       -- One random token per claim: the lease of a run is its id and this token, and
+       -- every write that a lease fences matches both (complete.sql, renew_leases.sql,
+       -- record_step.sql). gen_random_uuid() per run cost about a tenth of a claim's
+       -- server CPU (bench/RESULTS.md, session 12).
+       lease_token = (SELECT gen_random_uuid()),
        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
        started_at = now()
  -- By the row versions the scans above locked (a TID scan): no second descent of the

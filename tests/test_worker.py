@@ -528,28 +528,34 @@ def test_plain_successes_are_fenced_by_their_own_tokens(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:
     """complete.sql's hot path (plain successes: ids and a token per id) writes a run only
-    with the token its own claim handed out, not with one of another run in the batch."""
+    with the token of its own claim, not with that of another claim in the batch. One
+    claim hands all its runs one token: a lease is a run's id and its claim's token."""
 
     @app.task
     def t() -> None: ...
 
-    ids = [h.id for h in t.enqueue_many([() for _ in range(3)])]
-    params = {"queue": "default", "limit": 10, "worker_id": WORKER, "lease_seconds": 30}
-    claimed = conn.execute(_sql.query("claim"), params | FROM_FRONT).fetchall()
-    tokens = {r[0]: r[8] for r in claimed}
-    a, b, c = ids
+    ids = [h.id for h in t.enqueue_many([() for _ in range(4)])]
+    params = {"queue": "default", "limit": 1, "worker_id": WORKER, "lease_seconds": 30}
+    tokens = {}
+    for limit in (1, 1, 2):  # three claims: a, b, then c and d together
+        for r in conn.execute(_sql.query("claim"), params | FROM_FRONT | {"limit": limit}):
+            tokens[r[0]] = r[8]
+    a, b, c, d = ids
+    assert len({tokens[a], tokens[b], tokens[c]}) == 3 and tokens[c] == tokens[d]
     swapped = [
         Outcome(a, tokens[b], "succeeded", result="1"),
         Outcome(b, tokens[a], "succeeded", result="2"),
         Outcome(c, tokens[c], "succeeded", result='{"ok": [1, null]}'),
+        Outcome(d, tokens[d], "succeeded", result="null"),
     ]
     sent = complete_params(swapped, WORKER)
-    assert sent["succeeded"] == f"{{{a},{b},{c}}}" and sent["outcomes"] == "[]"
+    assert sent["succeeded"] == f"{{{a},{b},{c},{d}}}" and sent["outcomes"] == "[]"
     written = conn.execute(_sql.query("complete"), sent).fetchall()
-    assert [r[0] for r in written] == [c]
+    assert sorted(r[0] for r in written) == [c, d]
     states = dict(conn.execute("SELECT id, state FROM pgqueue.runs").fetchall())
-    assert states == {a: "running", b: "running", c: "succeeded"}
+    assert states == {a: "running", b: "running", c: "succeeded", d: "succeeded"}
     assert app.get_run(c).result == {"ok": [1, None]}
+    assert app.get_run(d).result is None  # JSON null
 
 
 def test_claims_commit_asynchronously_outcomes_do_not(

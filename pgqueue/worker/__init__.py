@@ -126,9 +126,9 @@ class Worker:
         self.transitions = Transitions(None)
         self.id = uuid.uuid4()
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
-        # Attempts this process holds, by lease token (a run retried onto this worker while
-        # an abandoned thread of its previous attempt still runs has two entries).
-        self.held: dict[str, Held] = {}
+        # Attempts this process holds (a run retried onto this worker while an abandoned
+        # thread of its previous attempt still runs is in it twice, as two attempts).
+        self.held: set[Held] = set()
         self.limited: set[str] = set()  # served queues with cluster-wide limits
         self._reserved = 0  # slots asked for by the claims in flight
         self.marks = semaphores.ClaimMarks()
@@ -183,7 +183,7 @@ class Worker:
 
     def lose(self, run_id: int, why: str) -> None:
         """Stop a run we hold without writing its outcome: the lease is no longer ours."""
-        held = next((h for h in self.held.values() if h.id == run_id and not h.submitted), None)
+        held = next((h for h in self.held if h.id == run_id and not h.submitted), None)
         if held is None or held.lost:
             return
         log.warning("run %s (%s): stopping, %s", run_id, held.row.task, why)
@@ -437,7 +437,7 @@ class Worker:
         threaded = self._threaded
         for row in rows:
             held = Held(row.id, row.lease_token, row, self.app.make_context(row))
-            self.held[held.lease_token] = held
+            self.held.add(held)
             self.pickup_seconds.append(max(0.0, row.pickup_seconds))
             in_thread = threaded.get(row.task)
             if in_thread is None:  # once per task name (a dict lookup per run after that)
@@ -554,7 +554,8 @@ class Worker:
         self.transitions.finished(held, outcome, written)
 
     def _free(self, held: Held) -> None:
-        if self.held.pop(held.lease_token, None) is not None:
+        if held in self.held:
+            self.held.remove(held)
             self.wake()
 
     def _serve_metrics(self) -> WorkerMetrics | None:
@@ -580,16 +581,16 @@ class Worker:
         """Stop claiming; let running tasks finish within the grace period; release the
         rest (back to queued, the attempt given back)."""
         waits: list[asyncio.Future[Any]] = [
-            h.task for h in self.held.values() if h.task is not None
+            h.task for h in self.held if h.task is not None
         ]
         if self._in_threads:
             self._threads_quiet = asyncio.get_running_loop().create_future()
             waits.append(self._threads_quiet)
         if waits:
-            running = sum(not h.submitted for h in self.held.values())
+            running = sum(not h.submitted for h in self.held)
             log.info("draining %d running runs (grace %.0fs)", running, self.grace)
             await asyncio.wait(waits, timeout=self.grace)
-        leftover = [h for h in self.held.values() if not h.submitted and not h.lost]
+        leftover = [h for h in self.held if not h.submitted and not h.lost]
         if leftover:
             log.warning("grace period over: releasing %d runs", len(leftover))
             for h in leftover:
@@ -602,7 +603,7 @@ class Worker:
             self.stats["released"] += sum(written)
         # Outcomes still being written, hooks still running; not the released attempts,
         # whose threads are abandoned (their runs are back in the queue).
-        abandoned = {h.task for h in self.held.values() if h.released or h.lost}
+        abandoned = {h.task for h in self.held if h.released or h.lost}
         writing = [t for t in self._executing if t not in abandoned]
         if writing:
             await asyncio.wait(writing, timeout=5)

@@ -31,7 +31,7 @@ def event_of(outcome: Outcome, written: bool) -> str:
 class Transitions:
     def __init__(self, metrics: WorkerMetrics | None) -> None:
         self.metrics = metrics
-        self._started: dict[str, float] = {}
+        self._started: dict[Held, float] = {}
 
     def _quiet(self) -> bool:
         """Nobody reads transitions: no metrics, and INFO logs off (the default)."""
@@ -41,7 +41,7 @@ class Transitions:
         if self._quiet():
             return  # the hot path of a worker that neither logs runs nor serves metrics
         row = held.row
-        self._started[held.lease_token] = time.monotonic()
+        self._started[held] = time.monotonic()
         pickup = max(0.0, float(row.pickup_seconds or 0.0))
         if self.metrics is not None:
             self.metrics.started.labels(row.queue, row.task).inc()
@@ -71,10 +71,10 @@ class Transitions:
         worker wrote nothing (lease lost, run canceled, or released at shutdown)."""
         if self._quiet():
             if self._started:  # logging was on when it started
-                self._started.pop(held.lease_token, None)
+                self._started.pop(held, None)
             return
         row = held.row
-        began = self._started.pop(held.lease_token, None)
+        began = self._started.pop(held, None)
         seconds = time.monotonic() - began if began is not None else 0.0
         if outcome is None:
             if not held.released:

@@ -16,7 +16,7 @@ class LeaseKeeper(Service):
 
     async def tick(self) -> float:
         worker = self.worker
-        held = [h for h in worker.held.values() if not h.submitted and not h.lost]
+        held = [h for h in worker.held if not h.submitted and not h.lost]
         params = {
             "worker_id": worker.id,
             "lease_seconds": worker.lease_seconds,
