@@ -580,9 +580,7 @@ class Worker:
     async def _drain(self) -> None:
         """Stop claiming; let running tasks finish within the grace period; release the
         rest (back to queued, the attempt given back)."""
-        waits: list[asyncio.Future[Any]] = [
-            h.task for h in self.held if h.task is not None
-        ]
+        waits: list[asyncio.Future[Any]] = [h.task for h in self.held if h.task is not None]
         if self._in_threads:
             self._threads_quiet = asyncio.get_running_loop().create_future()
             waits.append(self._threads_quiet)
