@@ -1,4 +1,4 @@
-"""A/B experiments behind the suggestions in RESULTS.md: each one measures the current
+"""A/B experiments behind the decisions in bench/RESULTS.md: each one measures the current
 core against a variant written here (the core is not modified), interleaved in the same
 database so that machine noise hits both sides alike.
 
@@ -323,7 +323,7 @@ CLAIM_BY_TID = " WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked))"
 
 
 def claim_by_key() -> str:
-    """claim.sql as it was before session 9: the scans lock and return ids, and the update
+    """claim.sql without the update by TID: the scans lock and return ids, and the update
     finds each run again through the primary key."""
     query = _sql.query("claim")
     assert CLAIM_BY_TID in query, "claim.sql no longer updates by TID"
@@ -713,8 +713,8 @@ def pool_turns(scratch: Scratch, calls: int = 3000, rounds: int = 5) -> None:
     """A single-run enqueue (enqueue_run.sql, as Task.enqueue sends it) per pool request,
     back to back from one thread, through a psycopg_pool pool holding one connection and
     through one holding two. psycopg_pool hands its idle connections out in turn, so with
-    two the calls alternate between two backends. Until session 11 the App's pool came
-    to hold two whenever its first request arrived before its first connection was open.
+    two the calls alternate between two backends, as an App's pool did when its first
+    request arrived before its first connection was open (it now opens with one ready).
     Rounds interleaved; wall and client CPU (user + sys) per call, medians."""
     from psycopg_pool import ConnectionPool
 
@@ -833,7 +833,7 @@ def completion_running(
     from runs_lease_idx): server CPU per run of claim + complete cycles of 50 runs on one
     connection with generic plans, while `others` runs of another worker are running.
     The outcomes take complete.sql's document path, the one the test is in (successes
-    without a result: plain successes take the `succeeded` part, by id since session 12)."""
+    without a result: plain successes take the `succeeded` part, by id)."""
     current = _sql.query("complete")
     if COMPLETE_BY_KEY not in current:
         raise RuntimeError("complete.sql changed shape: update bench/experiments.py")

@@ -9,9 +9,8 @@ from typing import LiteralString, cast
 # psycopg parses a query's placeholders once and caches the result, but only for query
 # texts up to 4,096 bytes (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is
 # re-parsed in Python on every execution (complete.sql, 4,510 bytes: 16 us a call instead
-# of 3, and idle claims were 0.08 ms slower with a claim.sql over the limit; RESULTS.md,
-# session 5). Comments make up most of the hot statements' text, so they are dropped when
-# a file is loaded.
+# of 3, and idle claims were 0.08 ms slower with a claim.sql over the limit). Comments make
+# up most of the hot statements' text, so they are dropped when a file is loaded.
 PSYCOPG_CACHED_LENGTH = 4096
 
 

@@ -67,13 +67,13 @@ UPDATE pgqueue.runs r
        -- One random token per claim: the lease of a run is its id and this token, and
        -- every write that a lease fences matches both (complete.sql, renew_leases.sql,
        -- record_step.sql). gen_random_uuid() per run cost about a tenth of a claim's
-       -- server CPU (bench/RESULTS.md, session 12).
+       -- server CPU (bench/RESULTS.md).
        lease_token = (SELECT gen_random_uuid()),
        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
        started_at = now()
  -- By the row versions the scans above locked (a TID scan): no second descent of the
- -- primary key per run (about 5% of the server's CPU in a drain: bench/RESULTS.md,
- -- session 9). A version locked here cannot move or go before the statement ends. Had
+ -- primary key per run (about 5% of the server's CPU in a drain: bench/RESULTS.md). A
+ -- version locked here cannot move or go before the statement ends. Had
  -- another transaction updated a run after this statement's snapshot was taken, the
  -- lock above went to its newest version, which this snapshot does not see: that run is
  -- left out of this claim (still queued; the lock ends with the transaction). = ANY(ARRAY

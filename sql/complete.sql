@@ -36,8 +36,8 @@ succeeded AS (
     -- Plain successes: ids, and two jsonb objects keyed by id: the lease tokens and
     -- the results that are not JSON null. A key lookup in a jsonb object is a binary
     -- search. A batch of them costs the server about a fifth less per run than rows
-    -- of jsonb_to_recordset (13 columns) and the hash join below (bench/RESULTS.md,
-    -- session 12). By id and token, not `lease_token = ANY(tokens)`: one claim hands
+    -- of jsonb_to_recordset (13 columns) and the hash join below (bench/RESULTS.md).
+    -- By id and token, not `lease_token = ANY(tokens)`: one claim hands
     -- its runs one token, and a search of an array grows with the batch's square.
     UPDATE pgqueue.runs r
        SET state = 'succeeded', result = coalesce(%(results)s::jsonb -> r.id::text, 'null'),

@@ -1,7 +1,7 @@
 -- enqueue_many's common batch (App.insert_runs of a RunBatch whose runs carry no group of
 -- their own): the document holds [args, kwargs] per run and everything else is the
 -- batch's, passed once. enqueue_runs.sql takes ten more fields from each element, absent
--- here: that cost 12 percent of a batch's time (bench/RESULTS.md, session 4). Same rows, same
+-- here: that cost 12 percent of a batch's time (bench/RESULTS.md). Same rows, same
 -- result row (ids in id order, keys all NULL, notified) as enqueue_runs.sql.
 WITH inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,

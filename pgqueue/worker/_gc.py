@@ -8,7 +8,7 @@ oldest generation then grows by a quarter of what start-up left in it (modules, 
 the app: over 100,000 objects) every few thousand runs, and each time CPython walks all
 of it. Freezing what exists at start-up takes it out of those walks, and a young
 generation of 10,000 lets most of a run's objects die young: 10-20% less worker CPU per
-no-op run (bench/RESULTS.md, "Session 7").
+no-op run (bench/RESULTS.md, "Decisions the measurements settled").
 """
 
 from __future__ import annotations
