@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import sys
@@ -791,15 +792,41 @@ def main(
         sys.exit(1)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        _error(f"{exc.format_message()}{hint}", argv, default_map)
         sys.exit(2)
     except (UserError, RunNotFound) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _error(str(exc), argv, default_map)
+        sys.exit(2)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        _error(str(db.permission_denied(exc, None)), argv, default_map)
         sys.exit(2)
     except psycopg.OperationalError as exc:
-        click.echo(f"error: database: {db.first_line(exc)}", err=True)
+        _error(f"database: {db.first_line(exc)}", argv, default_map)
         sys.exit(2)
     except PgQueueError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _error(str(exc), argv, default_map)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _error(message: str, argv: list[str] | None, default_map: dict[str, Any] | None) -> None:
+    """Print `message` as the one line `error: ...` on stderr, without any password of a
+    DSN this command could have used (--dsn, $PGQUEUE_DSN, an integration's default)."""
+    args = sys.argv[1:] if argv is None else argv
+    dsns = [os.environ.get(db.DSN_ENV)]
+    dsns += [v for k, v in itertools.pairwise(args) if k == "--dsn"]
+    dsns += [a.split("=", 1)[1] for a in args if a.startswith("--dsn=")]
+    dsns += [str(v) for v in _values(default_map or {}, "dsn")]
+    text = " ".join(message.split()) or "unknown error"
+    click.echo(f"error: {db.scrub(text, dsns)}", err=True)
+
+
+def _values(tree: dict[str, Any], key: str) -> list[Any]:
+    """Every value of `key` in a click default_map (nested per command)."""
+    found = []
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            found += _values(v, key)
+        elif k == key and v:
+            found.append(v)
+    return found
