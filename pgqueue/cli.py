@@ -251,6 +251,44 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     click.echo(f"pgqueue schema is at revision {migrate.head()}")
 
 
+@cli.command("grants")
+@db_options
+@click.argument("role")
+@click.option(
+    "--as",
+    "kind",
+    required=True,
+    type=click.Choice(["worker", "producer", "reader", "owner"]),
+    help="What ROLE does: run workers, enqueue and wait, inspect, or own (migrate).",
+)
+@click.option(
+    "--apply",
+    "apply_now",
+    is_flag=True,
+    help="Run the statements (as the owner of schema pgqueue) instead of printing them.",
+)
+def grants_cmd(dsn: str | None, embedded: bool, role: str, kind: str, apply_now: bool) -> None:
+    """The GRANT statements ROLE needs (docs/security.md), for the migrated schema."""
+    from psycopg import errors as pg_errors
+
+    from pgqueue import grants
+
+    with db.connect(resolve_dsn(dsn, embedded)) as conn, db.translate_errors(conn):
+        migrate.check(conn)
+        statements = grants.statements(conn, role, kind)
+        if not apply_now:
+            for statement in statements:
+                click.echo(statement.as_string(conn) + ";")
+            return
+        try:
+            with conn.transaction():
+                for statement in statements:
+                    conn.execute(statement)
+        except pg_errors.UndefinedObject as exc:
+            fail(f"{db.first_line(exc)}: create the role first (CREATE ROLE ... LOGIN)")
+    click.echo(f"role {role} has the {kind} grants ({len(statements)} statements)")
+
+
 @cli.command()
 @db_options
 @click.option("--app", "app_spec", required=True, help="MODULE:ATTR of your pgqueue.App.")
