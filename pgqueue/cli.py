@@ -125,8 +125,20 @@ def _cell(value: Any) -> str:
     if isinstance(value, (list, dict)):
         text = json.dumps(value)
         return text if len(text) <= 40 else text[:37] + "..."
-    text = str(value)
+    text = printable(str(value))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` with control and other non-printing characters escaped (\\x1b, \\u202e):
+    task names, queues, groups and error messages are anyone's input, and raw escape
+    sequences would reach the terminal. `lines` keeps newlines (tracebacks)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or (lines and ch == "\n") else ch.encode("unicode_escape").decode()
+        for ch in text
+    )
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
@@ -520,11 +532,11 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         click.echo(f"{key:>17}: {shown}")
     for e in errors:
         click.echo(
-            f"\nattempt {e['attempt']} [{e['kind']}] {e['created_at']:%Y-%m-%d %H:%M:%S}: "
-            f"{e['message']}"
+            f"\nattempt {e['attempt']} [{printable(str(e['kind']))}] "
+            f"{e['created_at']:%Y-%m-%d %H:%M:%S}: {printable(str(e['message']))}"
         )
         if e["traceback"]:
-            click.echo(e["traceback"].rstrip())
+            click.echo(printable(e["traceback"].rstrip(), lines=True))
 
 
 @runs.command("cancel")
