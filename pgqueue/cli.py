@@ -17,7 +17,8 @@ import click
 import psycopg
 from click.core import ParameterSource
 
-from pgqueue import _logging, _sql, db, migrate, retention
+from pgqueue import _logging, _sql, db, grants, migrate, retention
+from pgqueue._terminal import printable
 from pgqueue.app import App
 from pgqueue.errors import PgQueueError, RunNotFound, UserError
 
@@ -127,18 +128,6 @@ def _cell(value: Any) -> str:
         return text if len(text) <= 40 else text[:37] + "..."
     text = printable(str(value))
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def printable(text: str, *, lines: bool = False) -> str:
-    """`text` with control and other non-printing characters escaped (\\x1b, \\u202e):
-    task names, queues, groups and error messages are anyone's input, and raw escape
-    sequences would reach the terminal. `lines` keeps newlines (tracebacks)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        ch if ch.isprintable() or (lines and ch == "\n") else ch.encode("unicode_escape").decode()
-        for ch in text
-    )
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
@@ -270,7 +259,7 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     "--as",
     "kind",
     required=True,
-    type=click.Choice(["worker", "producer", "reader", "owner"]),
+    type=click.Choice(grants.KINDS),
     help="What ROLE does: run workers, enqueue and wait, inspect, or own (migrate).",
 )
 @click.option(
@@ -282,8 +271,6 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
 def grants_cmd(dsn: str | None, embedded: bool, role: str, kind: str, apply_now: bool) -> None:
     """The GRANT statements ROLE needs (docs/security.md), for the migrated schema."""
     from psycopg import errors as pg_errors
-
-    from pgqueue import grants
 
     with db.connect(resolve_dsn(dsn, embedded)) as conn, db.translate_errors(conn):
         migrate.check(conn)

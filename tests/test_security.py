@@ -60,11 +60,11 @@ def test_control_characters_in_runs_list_and_show_are_escaped(
         " VALUES (%s, 1, 'error', %s, %s)",
         (run_id, "boom\x1b[5m", "Traceback\n  line\x1b[0m\n"),
     )
-    for args in (["runs", "list"], ["runs", "show", str(run_id)]):
+    for args in (["stats"], ["queues"], ["runs", "list"], ["runs", "show", str(run_id)]):
         with pytest.raises(SystemExit) as exc:
             main([*args, "--dsn", dsn])
         out, _ = capsys.readouterr()
         assert exc.value.code == 0
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, out
-        assert "\\x1b]0;owned\\x07" in out
-    assert "boom\\x1b[5m" in out and "\n  line\\x1b[0m" in out
+        assert "q\\x1b[31m" in out, out
+    assert "\\x1b]0;owned\\x07" in out and "boom\\x1b[5m" in out and "\n  line\\x1b[0m" in out
