@@ -285,6 +285,11 @@ def grants_cmd(dsn: str | None, embedded: bool, role: str, kind: str, apply_now:
                     conn.execute(statement)
         except pg_errors.UndefinedObject as exc:
             fail(f"{db.first_line(exc)}: create the role first (CREATE ROLE ... LOGIN)")
+        except pg_errors.InsufficientPrivilege as exc:
+            fail(
+                f"{db.first_line(exc)}: run `pgqueue grants --apply` as the owner of schema "
+                "pgqueue or as a superuser (or print the statements and have them run)"
+            )
     click.echo(f"role {role} has the {kind} grants ({len(statements)} statements)")
 
 

@@ -133,6 +133,8 @@ def test_reader_role_inspects_and_is_refused_actions_in_one_line(
         ["prune", "--older-than", "1d"],
     ):
         assert_refused(cli(capsys, *args, "--dsn", role_dsn), role)
+    code, _, err = cli(capsys, "grants", role, "--as", "worker", "--apply", "--dsn", role_dsn)
+    assert code == 2 and err.count("\n") == 1 and "as the owner of schema pgqueue" in err, err
     reader = pgqueue.App(role_dsn)
     try:
         with pytest.raises(pgqueue.PermissionDenied, match=f"role {role} lacks"):
