@@ -7,8 +7,8 @@ the catalog of the migrated schema, and the worker's start-up check that it hold
   waiting runs): INSERT and UPDATE on runs, INSERT on events, the sequences, and EXECUTE
   on enqueue and emit_event.
 - worker: what `pgqueue worker` does and what the CLI's actions (cancel, retry, pause,
-  prune...) do: SELECT, INSERT, UPDATE and DELETE on every table but alembic_version (whose
-  revision only a migration writes), the sequences, and EXECUTE on every function.
+  prune...) do: on each table what its statements do (WORKER_TABLES), the sequences, and
+  EXECUTE on every function.
 - owner: ownership of the schema and of every object in it, which `pgqueue migrate` needs
   (only an owner may ALTER or DROP).
 
@@ -35,8 +35,21 @@ DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # Tables a producer writes, and with what; it reads every table.
 PRODUCER_WRITES = {"runs": ("SELECT", "INSERT", "UPDATE"), "events": ("SELECT", "INSERT")}
 PRODUCER_FUNCTIONS = ("enqueue", "emit_event")
-# Only migrations write the schema revision.
-READ_ONLY_TABLES = ("alembic_version",)
+# What the worker and the CLI's actions do to each table (sql/*.sql and the schema's
+# functions; tests/test_grants.py checks the statements against it). SELECT ... FOR UPDATE
+# needs UPDATE, and so does INSERT ... ON CONFLICT DO UPDATE; steps and run_errors go with
+# their run (ON DELETE CASCADE). Only migrations write the schema revision. A table this
+# list does not know (a later migration's) gets all four, as its default privileges give.
+WORKER_TABLES = {
+    "alembic_version": ("SELECT",),
+    "events": DML,
+    "queues": ("SELECT", "INSERT", "UPDATE"),
+    "run_errors": ("SELECT", "INSERT"),
+    "runs": DML,
+    "schedules": ("SELECT", "INSERT", "UPDATE"),
+    "steps": ("SELECT", "INSERT", "UPDATE"),
+    "workers": DML,
+}
 
 
 @dataclass(frozen=True)
@@ -74,11 +87,11 @@ def needed(obj: SchemaObject, kind: str) -> tuple[str, ...]:
     if obj.kind == "view":
         return ("SELECT",)
     if obj.kind == "table":
-        if kind == "reader" or obj.name in READ_ONLY_TABLES:
+        if kind == "reader":
             return ("SELECT",)
         if kind == "producer":
             return PRODUCER_WRITES.get(obj.name, ("SELECT",))
-        return DML
+        return WORKER_TABLES.get(obj.name, DML)
     if obj.kind == "sequence":
         return () if kind == "reader" else ("USAGE",)
     if kind == "worker" or (kind == "producer" and obj.name in PRODUCER_FUNCTIONS):

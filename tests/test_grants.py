@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,9 +15,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
+from pgqueue import _sql, grants
 from pgqueue.cli import main
 from tests.apps.basic import EFFECTS_DDL
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
 
 _serial = itertools.count()
 MakeRole = Callable[..., tuple[str, str]]
@@ -79,8 +81,37 @@ def test_printed_grants_are_quoted_and_cover_every_table(dsn: str, capsys: Any) 
     assert not any("INSERT" in line or "EXECUTE" in line for line in lines)
 
 
+def statement_needs(text: str) -> set[tuple[str, str]]:
+    """(table, privilege) pairs that a statement's text plainly needs: its INSERT, UPDATE
+    and DELETE targets, the target of an ON CONFLICT DO UPDATE, and (over-approximated)
+    UPDATE on every table read by a statement that locks rows."""
+    needs = {(t, "INSERT") for t in re.findall(r"INSERT INTO pgqueue\.(\w+)", text)}
+    needs |= {(t, "UPDATE") for t in re.findall(r"\bUPDATE pgqueue\.(\w+)", text)}
+    needs |= {(t, "DELETE") for t in re.findall(r"DELETE FROM pgqueue\.(\w+)", text)}
+    if "DO UPDATE" in text:
+        needs |= {(t, "UPDATE") for t, p in needs if p == "INSERT"}
+    if re.search(r"FOR (NO KEY )?(UPDATE|SHARE)", text):
+        needs |= {(t, "UPDATE") for t in re.findall(r"FROM pgqueue\.(\w+)", text)}
+    return needs
+
+
+def test_the_worker_grants_cover_every_statement_pgqueue_runs() -> None:
+    """Every statement in sql/ and in the schema's functions (migrations) against the
+    privileges `--as worker` grants on each table."""
+    texts = [_sql.query(name) for name in _sql.names()]
+    texts += [p.read_text() for p in sorted((ROOT / "migrations" / "versions").glob("*.sql"))]
+    missing = set()
+    for text in texts:
+        for statement in text.split(";"):
+            for table, privilege in statement_needs(statement):
+                obj = grants.SchemaObject("table", table, "", False, "owner", ())
+                if privilege not in grants.needed(obj, "worker"):
+                    missing.add((table, privilege))
+    assert not missing
+
+
 def test_worker_role_runs_tasks_and_workflows(
-    dsn: str, conn: psycopg.Connection[Any], make_role: MakeRole
+    dsn: str, conn: psycopg.Connection[Any], make_role: MakeRole, capsys: Any
 ) -> None:
     role, role_dsn = make_role("worker")
     conn.execute(EFFECTS_DDL)  # the test tasks' own table: the application grants it
@@ -97,6 +128,21 @@ def test_worker_role_runs_tasks_and_workflows(
             producer.emit_event("order.paid", key="k1", payload={"ok": True})
             assert waiting.wait(timeout=20) == {"ok": True}
         assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE state = 'failed'") == 0
+        # The CLI's actions take the worker grants too.
+        late = producer.enqueue_by_name("flows.noop", [], delay=3600).id
+        for args in (
+            ["runs", "cancel", str(late)],
+            ["runs", "retry", str(late)],
+            ["queues", "pause", "default"],
+            ["queues", "resume", "default"],
+            ["queues", "set", "default", "--concurrency", "5"],
+            ["prune", "--older-than", "0s", "--events"],
+        ):
+            code, _, err = cli(capsys, *args, "--dsn", role_dsn)
+            assert code == 0, (args, err)
+        # pruned with their steps and errors (flow's first attempt failed)
+        assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE id = %s", (flow.id,)) == 0
+        assert scalar(dsn, "SELECT count(*) FROM pgqueue.steps") == 0
     finally:
         producer.close()
 
