@@ -618,12 +618,12 @@ _pause_command("resume", False)
 @click.argument("queue")
 @click.option(
     "--concurrency",
-    type=click.IntRange(0),
+    type=click.IntRange(0, 2**31 - 1),
     help="Max running runs of QUEUE across all workers (0: no limit).",
 )
 @click.option(
     "--group-concurrency",
-    type=click.IntRange(0),
+    type=click.IntRange(0, 2**31 - 1),
     help="Max running runs per group in QUEUE (0: no limit).",
 )
 def queues_set(
@@ -841,6 +841,11 @@ def main(
         sys.exit(2)
     except psycopg.errors.InsufficientPrivilege as exc:
         _error(str(db.permission_denied(exc, None)), argv, default_map)
+        sys.exit(2)
+    except psycopg.DataError as exc:
+        # SQLSTATE class 22: a value the database cannot store (integer or interval out of
+        # range, a NUL byte...), whichever option it came from.
+        _error(f"a value is out of range or invalid: {db.first_line(exc)}", argv, default_map)
         sys.exit(2)
     except psycopg.OperationalError as exc:
         _error(f"database: {db.first_line(exc)}", argv, default_map)

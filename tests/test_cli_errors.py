@@ -162,3 +162,20 @@ def test_a_role_without_grants_is_told_which_command_grants_them(
     capsys: pytest.CaptureFixture[str], role_without_grants: str
 ) -> None:
     check_all(capsys, role_without_grants, expect="pgqueue grants")
+
+
+def test_out_of_range_values_are_one_line(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    too_big = str(2**63)
+    for args in (
+        ["runs", "show", too_big],
+        ["runs", "cancel", too_big],
+        ["runs", "retry", too_big],
+        ["queues", "set", "q", "--concurrency", str(2**40)],
+        ["queues", "set", "q", "--group-concurrency", str(2**31)],
+        ["emit", "ev", "--delay", "nan"],
+        ["emit", "ev", "--delay", "1e308"],
+        ["runs", "list", "--limit", "0"],
+    ):
+        code, err = run(capsys, [*args, "--dsn", dsn])
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+        assert "Traceback" not in err
