@@ -61,7 +61,16 @@ def _cannot_migrate(dsn: str, exc: BaseException) -> PermissionDenied:
     from pgqueue import db
 
     with db.connect(dsn) as conn:
-        role = conn.info.user
+        role, database = conn.info.user, conn.info.dbname
+        try:
+            fresh = current(conn) is None
+        except pg_errors.InsufficientPrivilege:  # the schema exists, unreadable to role
+            fresh = False
+    if fresh:
+        return PermissionDenied(
+            f"role {role} cannot create schema pgqueue ({db.first_line(exc)}): migrate once "
+            f"as the database's owner, or GRANT CREATE ON DATABASE {database} TO {role}"
+        )
     return PermissionDenied(
         f"role {role} cannot migrate ({db.first_line(exc)}): only the owner of schema pgqueue "
         "(the role that first ran `pgqueue migrate`) can; migrate as that role, or have it "
