@@ -37,7 +37,15 @@ def run_online() -> None:
         with context.begin_transaction():
             # Serialise concurrent `pgqueue migrate` runs (several workers starting at once).
             connection.execute(sqlalchemy.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
-            connection.execute(sqlalchemy.text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
+            # exists: a role that owns the schema (`pgqueue grants R --as owner`) but not
+            # the database must still be able to migrate. Under the lock, so no race.
+            exists = connection.execute(
+                sqlalchemy.text("SELECT 1 FROM pg_namespace WHERE nspname = :name"),
+                {"name": SCHEMA},
+            ).first()
+            if exists is None:
+                connection.execute(sqlalchemy.text(f"CREATE SCHEMA {SCHEMA}"))
             context.run_migrations()
 
 

@@ -78,13 +78,13 @@ class AsyncApp:
     async def async_connection(self, conn: AsyncConn | None = None) -> AsyncIterator[AsyncConn]:
         """The caller's AsyncConnection if given, else one from the App's async pool."""
         if conn is not None:
-            with db.translate_errors():
+            with db.translate_errors(conn):
                 yield conn
             return
         pool = await self._get_async_pool()
         try:
             async with pool.connection() as pooled:
-                with db.translate_errors():
+                with db.translate_errors(pooled):
                     yield pooled
         except PoolTimeout:
             raise db.pool_timeout(self._app().dsn) from None
@@ -133,10 +133,7 @@ async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str) -> None:
     try:
         first = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     except psycopg.OperationalError as exc:
-        raise ConfigError(
-            f"cannot connect to PostgreSQL ({db.redact(dsn)}): {db.first_line(exc)}. "
-            "Check the DSN and that the server is running"
-        ) from None
+        raise db.cannot_connect(dsn, exc) from None
     await first.close()  # failed fast, in one line, on a bad DSN or server
     try:
         # with its first connection ready (see App._get_pool)

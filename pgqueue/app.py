@@ -264,11 +264,11 @@ class App(AsyncApp):
     ) -> Iterator[psycopg.Connection[Any]]:
         """The caller's connection if given, else one from the App's pool (autocommit)."""
         if conn is not None:
-            with db.translate_errors():
+            with db.translate_errors(conn):
                 yield conn
             return
         try:
-            with self._get_pool().connection() as pooled, db.translate_errors():
+            with self._get_pool().connection() as pooled, db.translate_errors(pooled):
                 yield pooled
         except PoolTimeout:
             raise db.pool_timeout(self.dsn) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import sys
@@ -16,7 +17,8 @@ import click
 import psycopg
 from click.core import ParameterSource
 
-from pgqueue import _logging, _sql, db, migrate, retention
+from pgqueue import _logging, _sql, db, grants, migrate, retention
+from pgqueue._terminal import printable
 from pgqueue.app import App
 from pgqueue.errors import PgQueueError, RunNotFound, UserError
 
@@ -124,7 +126,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, (list, dict)):
         text = json.dumps(value)
         return text if len(text) <= 40 else text[:37] + "..."
-    text = str(value)
+    text = printable(str(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -248,6 +250,47 @@ def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool) -> None:
     db.connect(target).close()
     migrate.upgrade(target)
     click.echo(f"pgqueue schema is at revision {migrate.head()}")
+
+
+@cli.command("grants")
+@db_options
+@click.argument("role")
+@click.option(
+    "--as",
+    "kind",
+    required=True,
+    type=click.Choice(grants.KINDS),
+    help="What ROLE does: run workers, enqueue and wait, inspect, or own (migrate).",
+)
+@click.option(
+    "--apply",
+    "apply_now",
+    is_flag=True,
+    help="Run the statements (as the owner of schema pgqueue) instead of printing them.",
+)
+def grants_cmd(dsn: str | None, embedded: bool, role: str, kind: str, apply_now: bool) -> None:
+    """The GRANT statements ROLE needs (docs/security.md), for the migrated schema."""
+    from psycopg import errors as pg_errors
+
+    with db.connect(resolve_dsn(dsn, embedded)) as conn, db.translate_errors(conn):
+        migrate.check(conn)
+        statements = grants.statements(conn, role, kind)
+        if not apply_now:
+            for statement in statements:
+                click.echo(statement.as_string(conn) + ";")
+            return
+        try:
+            with conn.transaction():
+                for statement in statements:
+                    conn.execute(statement)
+        except pg_errors.UndefinedObject as exc:
+            fail(f"{db.first_line(exc)}: create the role first (CREATE ROLE ... LOGIN)")
+        except pg_errors.InsufficientPrivilege as exc:
+            fail(
+                f"{db.first_line(exc)}: run `pgqueue grants --apply` as the owner of schema "
+                "pgqueue or as a superuser (or print the statements and have them run)"
+            )
+    click.echo(f"role {role} has the {kind} grants ({len(statements)} statements)")
 
 
 @cli.command()
@@ -481,11 +524,11 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         click.echo(f"{key:>17}: {shown}")
     for e in errors:
         click.echo(
-            f"\nattempt {e['attempt']} [{e['kind']}] {e['created_at']:%Y-%m-%d %H:%M:%S}: "
-            f"{e['message']}"
+            f"\nattempt {e['attempt']} [{printable(str(e['kind']))}] "
+            f"{e['created_at']:%Y-%m-%d %H:%M:%S}: {printable(str(e['message']))}"
         )
         if e["traceback"]:
-            click.echo(e["traceback"].rstrip())
+            click.echo(printable(e["traceback"].rstrip(), lines=True))
 
 
 @runs.command("cancel")
@@ -575,12 +618,12 @@ _pause_command("resume", False)
 @click.argument("queue")
 @click.option(
     "--concurrency",
-    type=click.IntRange(0),
+    type=click.IntRange(0, 2**31 - 1),
     help="Max running runs of QUEUE across all workers (0: no limit).",
 )
 @click.option(
     "--group-concurrency",
-    type=click.IntRange(0),
+    type=click.IntRange(0, 2**31 - 1),
     help="Max running runs per group in QUEUE (0: no limit).",
 )
 def queues_set(
@@ -791,15 +834,46 @@ def main(
         sys.exit(1)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        _error(f"{exc.format_message()}{hint}", argv, default_map)
         sys.exit(2)
     except (UserError, RunNotFound) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _error(str(exc), argv, default_map)
+        sys.exit(2)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        _error(str(db.permission_denied(exc, None)), argv, default_map)
+        sys.exit(2)
+    except psycopg.DataError as exc:
+        # SQLSTATE class 22: a value the database cannot store (integer or interval out of
+        # range, a NUL byte...), whichever option it came from.
+        _error(f"a value is out of range or invalid: {db.first_line(exc)}", argv, default_map)
         sys.exit(2)
     except psycopg.OperationalError as exc:
-        click.echo(f"error: database: {db.first_line(exc)}", err=True)
+        _error(f"database: {db.first_line(exc)}", argv, default_map)
         sys.exit(2)
     except PgQueueError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _error(str(exc), argv, default_map)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _error(message: str, argv: list[str] | None, default_map: dict[str, Any] | None) -> None:
+    """Print `message` as the one line `error: ...` on stderr, without any password of a
+    DSN this command could have used (--dsn, $PGQUEUE_DSN, an integration's default)."""
+    args = sys.argv[1:] if argv is None else argv
+    dsns = [os.environ.get(db.DSN_ENV)]
+    dsns += [v for k, v in itertools.pairwise(args) if k == "--dsn"]
+    dsns += [a.split("=", 1)[1] for a in args if a.startswith("--dsn=")]
+    dsns += [str(v) for v in _values(default_map or {}, "dsn")]
+    text = " ".join(message.split()) or "unknown error"
+    click.echo(f"error: {db.scrub(text, dsns)}", err=True)
+
+
+def _values(tree: dict[str, Any], key: str) -> list[Any]:
+    """Every value of `key` in a click default_map (nested per command)."""
+    found = []
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            found += _values(v, key)
+        elif k == key and v:
+            found.append(v)
+    return found

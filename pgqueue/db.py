@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
+from urllib.parse import quote, unquote
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue.errors import ConfigError, NotMigrated
+from pgqueue.errors import ConfigError, NotMigrated, PermissionDenied
 
 DSN_ENV = "PGQUEUE_DSN"
 
@@ -53,8 +55,11 @@ def check_dsn(dsn: str) -> str:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(
-            f"invalid DSN {redact(dsn)!r}: {first_line(exc)}. Use a URL like "
-            "postgresql://user@host:5432/dbname or 'host=... dbname=...'"
+            scrub(
+                f"invalid DSN {redact(dsn)!r}: {first_line(exc)}. Use a URL like "
+                "postgresql://user@host:5432/dbname or 'host=... dbname=...'",
+                [dsn],
+            )
         ) from None
     return dsn
 
@@ -67,7 +72,54 @@ def redact(dsn: str) -> str:
         return "<unparseable DSN>"
     if "password" in parts:
         parts["password"] = "***"
-    return " ".join(f"{k}={v}" for k, v in parts.items())
+    return scrub(" ".join(f"{k}={v}" for k, v in parts.items()), [dsn])
+
+
+# Where a password sits in a DSN-like text: a URI's userinfo (user:PASSWORD@), a key=value
+# pair (password=PASSWORD, quoted or not) and a URI query parameter (?password=PASSWORD).
+_USERINFO = re.compile(
+    r"(?P<keep>[a-z][a-z0-9+.-]*://[^\s:/@?#\[\]]*:)(?P<secret>[^\s@/?#]*)@", re.I
+)
+_KEYWORD = re.compile(
+    r"(?P<keep>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'?|[^\s&#'\"]*)", re.I
+)
+# Shorter passwords are scrubbed where they stand in a DSN only: removing every "ab" from
+# a message would make it unreadable without protecting anything more.
+_MIN_SEARCHED = 4
+
+
+def passwords(dsn: str) -> set[str]:
+    """Every spelling of the password of `dsn` that a message might quote: as parsed, as
+    written in the text (percent-encoded, quoted), decoded and re-encoded."""
+    found: set[str] = set()
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:
+        password = None
+    if password:
+        found.add(str(password))
+    for pattern in (_USERINFO, _KEYWORD):
+        for match in pattern.finditer(dsn):
+            secret = match.group("secret")
+            if secret:
+                found.add(secret)
+                found.add(secret.strip("'"))
+    for secret in list(found):
+        found.update({unquote(secret), quote(secret, safe=""), quote(unquote(secret), safe="")})
+    return {s for s in found if s}
+
+
+def scrub(text: str, dsns: Iterable[str | None] = ()) -> str:
+    """`text` with every password of `dsns` and every password-shaped part of a DSN
+    replaced by ***: what every message that may quote a DSN goes through last."""
+    for dsn in dsns:
+        if not dsn:
+            continue
+        for secret in sorted(passwords(dsn), key=len, reverse=True):
+            if len(secret) >= _MIN_SEARCHED:
+                text = text.replace(secret, "***")
+    text = _USERINFO.sub(lambda m: m.group("keep") + "***@", text)
+    return _KEYWORD.sub(lambda m: m.group("keep") + "***", text)
 
 
 def first_line(exc: BaseException) -> str:
@@ -80,10 +132,18 @@ def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[tuple[ob
     try:
         return psycopg.connect(dsn, autocommit=autocommit)
     except psycopg.OperationalError as exc:
-        raise ConfigError(
+        raise cannot_connect(dsn, exc) from None
+
+
+def cannot_connect(dsn: str, exc: BaseException) -> ConfigError:
+    """The one-line ConfigError of a connection attempt that failed."""
+    return ConfigError(
+        scrub(
             f"cannot connect to PostgreSQL ({redact(dsn)}): {first_line(exc)}. "
-            "Check the DSN and that the server is running"
-        ) from None
+            "Check the DSN and that the server is running",
+            [dsn],
+        )
+    )
 
 
 def pool_timeout(dsn: str) -> ConfigError:
@@ -93,11 +153,27 @@ def pool_timeout(dsn: str) -> ConfigError:
     )
 
 
+def permission_denied(exc: BaseException, role: str | None) -> PermissionDenied:
+    """A one-line PermissionDenied naming the role and the command that fixes it."""
+    who = role or "<this role>"
+    return PermissionDenied(
+        f"{first_line(exc)}: role {who} lacks pgqueue's grants; the owner of schema pgqueue "
+        f"can run `pgqueue grants {who} --as worker --apply` (or --as producer / reader; "
+        "see docs/security.md)"
+    )
+
+
 @contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn 'the schema is not there' into a NotMigrated that says what to run."""
+def translate_errors(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+) -> Iterator[None]:
+    """Turn 'the schema is not there' into a NotMigrated that says what to run, and a
+    missing privilege into a PermissionDenied that names the role (`conn`'s user)."""
     try:
         yield
+    except pg_errors.InsufficientPrivilege as exc:
+        role = conn.info.user if conn is not None and not conn.closed else None
+        raise permission_denied(exc, role) from None
     except (
         pg_errors.UndefinedTable,
         pg_errors.InvalidSchemaName,

@@ -24,6 +24,10 @@ class NotMigrated(UserError):
     """The database has no pgqueue schema, or an older one."""
 
 
+class PermissionDenied(UserError):
+    """The connecting role lacks a privilege pgqueue needs (see `pgqueue grants`)."""
+
+
 class UnknownTask(UserError, LookupError):
     """A task name that no App registered."""
 

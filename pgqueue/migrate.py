@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import errors as pg_errors
 
-from pgqueue.errors import NotMigrated
+from pgqueue.errors import NotMigrated, PermissionDenied
 
 log = logging.getLogger("pgqueue")
 
@@ -47,7 +47,35 @@ def upgrade(dsn: str) -> None:
     from alembic import command
 
     with _config(dsn) as cfg:
-        command.upgrade(cfg, "head")
+        try:
+            command.upgrade(cfg, "head")
+        except Exception as exc:
+            # SQLAlchemy wraps the driver's error as .orig
+            cause = getattr(exc, "orig", exc)
+            if isinstance(cause, pg_errors.InsufficientPrivilege):
+                raise _cannot_migrate(dsn, cause) from None
+            raise
+
+
+def _cannot_migrate(dsn: str, exc: BaseException) -> PermissionDenied:
+    from pgqueue import db
+
+    with db.connect(dsn) as conn:
+        role, database = conn.info.user, conn.info.dbname
+        try:
+            fresh = current(conn) is None
+        except pg_errors.InsufficientPrivilege:  # the schema exists, unreadable to role
+            fresh = False
+    if fresh:
+        return PermissionDenied(
+            f"role {role} cannot create schema pgqueue ({db.first_line(exc)}): migrate once "
+            f"as the database's owner, or GRANT CREATE ON DATABASE {database} TO {role}"
+        )
+    return PermissionDenied(
+        f"role {role} cannot migrate ({db.first_line(exc)}): only the owner of schema pgqueue "
+        "(the role that first ran `pgqueue migrate`) can; migrate as that role, or have it "
+        f"run `pgqueue grants {role} --as owner --apply`"
+    )
 
 
 def upgrade_sql(from_revision: str | None = None) -> str:

@@ -102,7 +102,7 @@ class RunHandle:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
         TimeoutError. Wakes on a NOTIFY sent when the run finishes (polls as a backstop)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with db.connect(self.app.dsn) as conn:
+        with db.connect(self.app.dsn) as conn, db.translate_errors(conn):
             conn.execute("LISTEN pgqueue_done")
             conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
@@ -126,8 +126,9 @@ class RunHandle:
             db.connect(self.app.dsn).close()  # raises the one-line ConfigError
             raise
         async with conn:
-            await conn.execute("LISTEN pgqueue_done")
-            await conn.execute(_sql.query("watch_run"), {"id": self.id})
+            with db.translate_errors(conn):
+                await conn.execute("LISTEN pgqueue_done")
+                await conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
                 run = await self.app.get_run_async(self.id, conn=conn)
                 if (result := outcome(run)) is not PENDING:

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgqueue import _sql
+from pgqueue._terminal import printable
 
 QUEUE_COLUMNS = (
     ("QUEUE", "queue"),
@@ -96,6 +97,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -6,12 +6,14 @@ import os
 from typing import Any
 
 import psycopg
+import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgqueue import migrate
+from pgqueue.cli import main
 
 
 def test_revision_files_form_the_chain_alembic_sees() -> None:
@@ -58,3 +60,23 @@ def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+def test_a_newer_schema_is_accepted_with_a_warning_an_older_one_refused(
+    dsn: str, conn: psycopg.Connection[Any], capsys: Any, caplog: Any
+) -> None:
+    """What docs/operations.md says for rolling upgrades: an old worker or command that
+    (re)starts after a newer release migrated works, and says it is behind."""
+
+    def runs_list() -> tuple[Any, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(["runs", "list", "--dsn", dsn])
+        return exc.value.code, capsys.readouterr().err
+
+    conn.execute("UPDATE pgqueue.alembic_version SET version_num = '9999'")
+    with caplog.at_level("WARNING", logger="pgqueue"):
+        assert runs_list()[0] == 0
+    assert "newer than this pgqueue" in caplog.text
+    conn.execute("UPDATE pgqueue.alembic_version SET version_num = '0006'")
+    code, err = runs_list()
+    assert code == 2 and "run `pgqueue migrate`" in err

@@ -33,7 +33,8 @@ from psycopg import AsyncConnection
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import __version__, _sql, db, migrate, schedules
+from pgqueue import __version__, _sql, db, grants, migrate, schedules
+from pgqueue.errors import PermissionDenied
 from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.runs import TERMINAL_STATES
 from pgqueue.worker import _executor, semaphores
@@ -203,8 +204,11 @@ class Worker:
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).
         self._install_signals()
-        with db.connect(dsn) as conn:
+        # A role without the worker's grants stops here, in one line (PermissionDenied),
+        # rather than in a duty's retry loop.
+        with db.connect(dsn) as conn, db.translate_errors(conn):
             migrate.check(conn)
+            self._check_privileges(conn)
             self._register(conn)
             schedules.sync(conn, self.app, self.queues)
         self._pool = AsyncConnectionPool(
@@ -272,6 +276,19 @@ class Worker:
             self.threads.shutdown()
             self._remove_signals()
             log.info("worker %s stopped: %s", self.id, dict(self.stats))
+
+    def _check_privileges(self, conn: Any) -> None:
+        """Refuse to start without every privilege a worker uses: a missing one would
+        otherwise surface later, in one duty's retry loop (one catalog query, at start)."""
+        lacking = grants.missing(conn, "worker")
+        if lacking:
+            role = conn.info.user
+            more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+            raise PermissionDenied(
+                f"role {role} lacks the worker's grants ({'; '.join(lacking[:3])}{more}): "
+                f"the owner of schema pgqueue can run `pgqueue grants {role} --as worker "
+                "--apply` (see docs/security.md)"
+            )
 
     def _register(self, conn: Any) -> None:
         for q in self.app.queues.values():
