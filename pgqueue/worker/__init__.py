@@ -140,6 +140,11 @@ class Worker:
         self._in_threads = 0
         self._threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
         self._threads_quiet: asyncio.Future[None] | None = None
+        # Attempts whose outcome is written (or whose lease is gone) while their thread
+        # still runs, in a limited queue: the task filing their permit in
+        # pgqueue.zombie_permits, until the thread returns (_keep_permit).
+        self._zombies: dict[Held, asyncio.Task[None]] = {}
+        self._permit_tasks: set[asyncio.Task[None]] = set()
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -190,6 +195,10 @@ class Worker:
         held.lost = True
         held.stop()
         self.stats["lost"] += 1
+        inv = held.invocation
+        if self._threaded.get(held.row.task) or (inv is not None and not inv.done()):
+            # its thread runs on: the run no longer holds the permit, the thread does
+            self._keep_permit(held)
 
     # -- main -------------------------------------------------------------------------
 
@@ -471,6 +480,9 @@ class Worker:
                         # settles it, and this task ends now (no second step per run).
                         self.completer.post(outcome, held)
                         return
+                if inv is not None and not inv.done():
+                    # timed out, its thread runs on: the permit stays taken (_keep_permit)
+                    await self._keep_permit(held)
                 written = await self.completer.submit(outcome)
                 self.written(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:
@@ -482,6 +494,9 @@ class Worker:
                 # but this slot stays busy until the function returns. Not when stopping:
                 # a released run must not keep the process (and its thread) alive.
                 await asyncio.wait([inv])
+            if inv is not None and inv.done() and self._zombies:
+                # (not while it runs on at exit: the permit goes with the worker's row)
+                self._release_permit(held)
         except Exception:
             log.exception("run %s: internal error in the worker", held.id)
         finally:
@@ -518,8 +533,10 @@ class Worker:
             log.error("run %s: internal error in the worker", held.id, exc_info=exc)
             outcome = None
         if held.submitted:
-            pass  # timed out: its failure was written; the slot was busy until now
+            # timed out: its failure was written; the slot (and permit) was busy until now
+            self._release_permit(held)
         elif outcome is None or held.lost or held.released:
+            self._release_permit(held)
             self.transitions.finished(held, None, False)
         else:
             held.submitted = True
@@ -538,8 +555,75 @@ class Worker:
         )
         # as an async attempt's timeout: ctx.cancelled set, the failure per retry policy
         outcome = _executor.raised(held, self.app.tasks[held.row.task], timeout)
-        if outcome is not None:
+        if outcome is None:
+            return
+        if held.row.queue in self.limited:
+            # written once the thread's permit is filed: a limited queue's claims never
+            # see a moment where neither the run nor its thread holds it
+            self._keep_permit(held).add_done_callback(lambda _: self.completer.post(outcome, held))
+        else:
             self.completer.post(outcome, held)
+
+    # -- permits of threads that outlive their attempt --------------------------------
+
+    def _keep_permit(self, held: Held) -> asyncio.Task[None]:
+        """File `held` in pgqueue.zombie_permits (a limited queue's only), for as long as
+        its thread runs: the task that does it, done once it is filed (or given up)."""
+        task = self._zombies.get(held)
+        if task is None:
+            task = self._zombies[held] = asyncio.ensure_future(self._hold_permit(held))
+        return task
+
+    async def _hold_permit(self, held: Held) -> None:
+        row = held.row
+        if row.queue not in self.limited:
+            return
+        params = {
+            "lease_token": held.lease_token,
+            "run_id": held.id,
+            "worker_id": self.id,
+            "queue": row.queue,
+            "group_key": row.group_key,
+            "lease_seconds": self.lease_seconds,
+        }
+        for failures in range(1, 4):
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(_sql.query("hold_zombie_permit"), params)
+                return
+            except DB_ERRORS as exc:
+                await asyncio.sleep(outage_delay("keeping a permit", exc, failures))
+            except Exception:
+                break
+        log.error(
+            "run %s (%s): could not keep its permit while its thread runs on; the queue's "
+            "limit may be exceeded until it returns",
+            held.id,
+            row.task,
+        )
+
+    def _release_permit(self, held: Held) -> None:
+        """On the loop: `held`'s thread returned; its permit, if filed, is free."""
+        hold = self._zombies.pop(held, None)
+        if hold is not None:
+            release = asyncio.ensure_future(self._drop_permit(held, hold))
+            self._permit_tasks.add(release)
+            release.add_done_callback(self._permit_tasks.discard)
+
+    async def _drop_permit(self, held: Held, hold: asyncio.Task[None]) -> None:
+        await hold  # filed first, or a late insert would outlive the thread
+        failures = 0
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(
+                        _sql.query("release_zombie_permit"), {"lease_token": held.lease_token}
+                    )
+                return
+            except DB_ERRORS as exc:
+                # the worker's row goes at exit, and its permits with it
+                failures += 1
+                await asyncio.sleep(outage_delay("returning a permit", exc, failures))
 
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
