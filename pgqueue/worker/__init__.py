@@ -3,7 +3,9 @@
 claim loop   - claims runs in batches (SKIP LOCKED) whenever slots are free
 executor     - runs each attempt (threads for sync tasks, the event loop for async ones)
 completer    - writes outcomes in batches, fenced by lease
-lease keeper - renews all held leases in one statement; drops runs whose lease was lost
+lease keeper - renews all held leases in one statement, from its own thread; drops runs
+               whose lease was lost
+watchdog     - warns when task code blocks the event loop, naming the task
 rescuer      - takes back runs whose lease expired elsewhere
 stager       - promotes scheduled runs that are due
 listener     - LISTEN for new work and cancels
@@ -46,7 +48,7 @@ from pgqueue.worker._service import DB_ERRORS, outage_delay
 from pgqueue.worker._stager import Stager
 from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
-from pgqueue.worker.leases import LeaseKeeper, Rescuer, WorkerPruner
+from pgqueue.worker.leases import LeaseKeeper, LoopWatch, Rescuer, WorkerPruner
 from pgqueue.worker.notifications import Listener
 
 if TYPE_CHECKING:
@@ -200,6 +202,13 @@ class Worker:
             # its thread runs on: the run no longer holds the permit, the thread does
             self._keep_permit(held)
 
+    def leases_lost(self, leases: list[tuple[int, str]]) -> None:
+        """On the loop: the lease keeper's thread found these leases no longer valid."""
+        lost = set(leases)
+        for held in [h for h in self.held if (h.id, h.lease_token) in lost]:
+            if not held.submitted and not held.lost:
+                self.lose(held.id, "its lease was lost (expired, rescued or canceled)")
+
     # -- main -------------------------------------------------------------------------
 
     async def run_async(self, burst: bool = False) -> None:
@@ -236,7 +245,6 @@ class Worker:
         duties = [
             self.queue_limits.run(),
             self.completer.run(),
-            LeaseKeeper(self).run(),
             Rescuer(self).run(),
             WorkerPruner(self).run(),
             self.stager.run(),
@@ -249,6 +257,10 @@ class Worker:
         if self.app.notify:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
+        self.lease_keeper = LeaseKeeper(self)
+        self.lease_keeper.start()
+        watch = LoopWatch(self)
+        watch.start()
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%.0fs",
             self.id,
@@ -276,6 +288,9 @@ class Worker:
                 for t in pending:
                     t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            watch.stop()
+            # in a thread: a renewal in flight is waited for, and the loop is not blocked
+            await asyncio.to_thread(self.lease_keeper.stop)
             await self._deregister()
             await self._pool.close()
             self.threads.shutdown()
@@ -440,6 +455,8 @@ class Worker:
             rows = await semaphores.claim(conn, queue, params, limited)
         if not limited:
             self.marks.landed(queue, rows)
+        if rows:
+            self.lease_keeper.add(rows)
         rows.sort(key=lambda r: (r.priority, r.id))
         start = self._start_task
         assert start is not None  # set by run_async, before any claim
