@@ -86,6 +86,8 @@ class Worker:
     grace           at shutdown, how long running tasks may finish before release
     retention       how long finished runs and events are kept (None: never prune)
     metrics_port    serve Prometheus metrics on this port (needs pgqueue[metrics])
+    max_runs        drain and stop once this many runs were claimed (exactly that many)
+    max_memory_mb   drain and stop once the process's RSS exceeds this many MiB
     """
 
     def __init__(
@@ -102,11 +104,17 @@ class Worker:
         install_signal_handlers: bool = True,
         retention: Retention | None = DEFAULT_RETENTION,
         metrics_port: int | None = None,
+        max_runs: int | None = None,
+        max_memory_mb: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if lease_seconds < 1:
             raise ValueError("lease_seconds must be >= 1")
+        if max_runs is not None and max_runs < 1:
+            raise ValueError("max_runs must be >= 1 (or None: no limit)")
+        if max_memory_mb is not None and not max_memory_mb > 0:
+            raise ValueError("max_memory_mb must be > 0 (or None: no limit)")
         self.app = app
         self.queues = list(queues) if queues else app.served_queues()
         self.concurrency = concurrency
@@ -125,6 +133,9 @@ class Worker:
         self.install_signal_handlers = install_signal_handlers
         self.retention = retention
         self.metrics_port = metrics_port
+        self.max_runs = max_runs
+        self.max_memory_mb = max_memory_mb
+        self._rss_checked = -1.0  # when _over_memory last read the RSS (monotonic)
         self.transitions = Transitions(None)
         self.id = uuid.uuid4()
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
@@ -348,6 +359,8 @@ class Worker:
                 if free > 0 and (
                     not flying or (len(flying) < depth and full and free >= self.claim_batch)
                 ):
+                    if self.max_memory_mb is not None and self._over_memory():
+                        continue  # draining: the loop ends
                     flying.add(asyncio.create_task(self._claim_round(start)))
                     start = (start + 1) % len(self.queues)
                     continue
@@ -415,6 +428,9 @@ class Worker:
         n = len(self.queues)
         for i in range(n):
             free = self.concurrency - len(self.held) - self._reserved
+            if self.max_runs is not None:
+                # exactly max_runs: the claims in flight count as what they asked for
+                free = min(free, self.max_runs - self.stats["claimed"] - self._reserved)
             if free <= 0:
                 break
             asked = min(free, self.claim_batch)
@@ -476,6 +492,8 @@ class Worker:
                 held.task = task
                 self._executing.add(task)
         self.stats["claimed"] += len(rows)
+        if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
+            self._recycle(f"{self.max_runs} runs claimed (max_runs)")
         return len(rows)
 
     async def _execute(self, held: Held) -> None:
@@ -642,6 +660,30 @@ class Worker:
                 failures += 1
                 await asyncio.sleep(outage_delay("returning a permit", exc, failures))
 
+    # -- recycling --------------------------------------------------------------------
+
+    def _over_memory(self) -> bool:
+        """Whether RSS exceeds max_memory_mb (then drain), asked before each claim: the
+        moment it matters, since a draining worker only stops claiming. Read at most ten
+        times a second (a read of /proc is some microseconds)."""
+        now = time.monotonic()
+        if now - self._rss_checked < 0.1:
+            return False
+        self._rss_checked = now
+        rss, limit = rss_mb(), self.max_memory_mb
+        assert limit is not None
+        if rss <= limit:
+            return False
+        self._recycle(f"RSS {rss:.0f} MiB over max_memory_mb {limit:g}")
+        return True
+
+    def _recycle(self, why: str) -> None:
+        """Drain and stop, as on SIGTERM: a supervisor starts a fresh process."""
+        assert self._stop is not None
+        if not self._stop.is_set():
+            log.info("%s: draining to exit (recycling)", why)
+            self._stop.set()
+
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
         if outcome.state not in TERMINAL_STATES:
@@ -744,6 +786,20 @@ class Worker:
         )
         assert self._stop is not None
         self._stop.set()
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MiB: /proc/self/statm (one read) where there is
+    one, else the peak RSS from getrusage."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def monotonic() -> float:
