@@ -333,6 +333,19 @@ def grants_cmd(dsn: str | None, embedded: bool, role: str, kind: str, apply_now:
     help="Freeze start-up objects and collect the young generation every 10,000"
     " allocations (gc): 10-20% less worker CPU per short run. See docs/scaling.md.",
 )
+@click.option(
+    "--max-runs",
+    type=click.IntRange(1),
+    help="Drain and exit 0 once this many runs were claimed (exactly that many), for a"
+    " supervisor to start a fresh process.",
+)
+@click.option(
+    "--max-memory",
+    "max_memory_mb",
+    type=click.FloatRange(0, min_open=True),
+    help="Drain and exit 0 once the worker's RSS exceeds this many MiB (checked before"
+    " claiming, at most ten times a second), for a supervisor to start a fresh process.",
+)
 @retention_options
 @click.pass_context
 def worker(
@@ -350,6 +363,8 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     tune_gc: bool,
+    max_runs: int | None,
+    max_memory_mb: float | None,
     keep_succeeded: timedelta | None,
     keep_failed: timedelta | None,
     keep_canceled: timedelta | None,
@@ -378,6 +393,8 @@ def worker(
         poll_interval=poll_interval,
         metrics_port=metrics_port,
         retention=keep_history,
+        max_runs=max_runs,
+        max_memory_mb=max_memory_mb,
     )
     from pgqueue.worker import tuned_gc
 

@@ -1,6 +1,7 @@
 -- Extend the leases of every run this worker holds, in one statement, and beat the
 -- worker's heartbeat. Only leases still valid are extended: a run missing from the
--- result was lost (expired and rescued, or canceled) and must stop.
+-- result was lost (expired and rescued, or canceled) and must stop. (id, token): one run
+-- may be held twice, by a new attempt and by the thread of an earlier one.
 WITH heartbeat AS (
     UPDATE pgqueue.workers SET heartbeat_at = now() WHERE id = %(worker_id)s
 )
@@ -12,4 +13,4 @@ UPDATE pgqueue.runs r
    AND r.id = ANY(%(id)s::bigint[])
    AND r.lease_token = held.lease_token
    AND r.lease_expires_at > now()
-RETURNING r.id
+RETURNING r.id, r.lease_token::text

@@ -13,7 +13,7 @@ import pgqueue
 from pgqueue import _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.limits import app as limits_app
-from tests.apps.limits import span
+from tests.apps.limits import overrun, overrun_hooked, span
 from tests.helpers import WorkerProcess, scalar, wait_until
 
 APP = "tests.apps.limits:app"
@@ -582,3 +582,66 @@ def test_a_run_behind_the_hint_waits_for_a_claim_from_the_front(
     conn.execute("UPDATE pgqueue.queues SET hint_since = clock_timestamp() - interval '1 h'")
     assert claim_limited(conn, 1) == [("", "r2")]
     assert claim_limited(conn, 5) == [("", "r9")]
+
+
+# -- a timed-out sync attempt keeps its permit until its thread returns ---------------------
+
+
+def test_timed_out_sync_bodies_never_exceed_the_limit(dsn: str, limits: pgqueue.App) -> None:
+    """Timeout 1 s, bodies of 3 s, limit 3, two workers of 5 slots: each timeout writes the
+    attempt's failure at once, but no fourth body starts before a thread has returned.
+    Half the runs have a hook (their attempt is awaited on the loop), half have none."""
+    runs = overrun.enqueue_many([(f"z{i}", 3) for i in range(4)])
+    runs += overrun_hooked.enqueue_many([(f"z{i}", 3) for i in range(4, 8)])
+    procs = workers(dsn, 2, "--concurrency", "5", "--queues", "overrun")
+    try:
+        for p in procs:
+            p.wait_ready()
+        wait_until(
+            lambda: scalar(dsn, "SELECT count(*) FROM effects WHERE tag LIKE 'end:%%'") == 8,
+            timeout=60,
+            message="8 bodies to return",
+        )
+        assert max_overlap(dsn) == 3
+        # every permit came back once its thread returned
+        wait_until(
+            lambda: scalar(dsn, "SELECT count(*) FROM pgqueue.zombie_permits") == 0,
+            message="the threads' permits to come back",
+        )
+        wait_until(
+            lambda: scalar(dsn, "SELECT count(*) FROM effects WHERE tag LIKE 'hook:%%'") == 4,
+            message="the on_failure hooks",
+        )
+    finally:
+        stop_all(procs)
+    # the outcome was written when the timeout fired, not when the body returned
+    assert {limits.get_run(h.id).state for h in runs} == {"failed"}
+    failed_early = scalar(
+        dsn,
+        """SELECT count(*) FROM pgqueue.runs r
+            JOIN effects e ON e.tag = 'end:' || (r.args ->> 0)
+           WHERE r.finished_at < e.at""",
+    )
+    assert failed_early == 8
+
+
+def test_a_threads_permit_counts_while_its_worker_beats(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency, group_concurrency) VALUES ('q', 2, 1);
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        SELECT 't', 'q', g, 'queued', true FROM unnest(ARRAY['a', 'a', 'b', 'c']) g;
+        INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version)
+        VALUES ('00000000-0000-0000-0000-000000000002', 'h', 1, '{q}', 1, 'x');
+        INSERT INTO pgqueue.zombie_permits
+            (lease_token, run_id, worker_id, queue, group_key, lease_seconds)
+        VALUES (gen_random_uuid(), 0, '00000000-0000-0000-0000-000000000002', 'q', 'a', 5);
+    """)
+    # the thread holds one of the queue's two permits, and group a's only one
+    assert claim_limited(conn, 10) == [("b", "t")]
+    conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() WHERE state = 'running'")
+    # its worker stopped beating a lease ago (killed): the thread died with it
+    conn.execute("UPDATE pgqueue.workers SET heartbeat_at = now() - interval '6 s'")
+    assert claim_limited(conn, 10) == [("a", "t"), ("c", "t")]
+    # the worker's row goes (deregistered or pruned), and its threads' permits with it
+    conn.execute("DELETE FROM pgqueue.workers")
+    assert scalar_conn(conn, "SELECT count(*) FROM pgqueue.zombie_permits") == 0

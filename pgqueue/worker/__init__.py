@@ -3,7 +3,9 @@
 claim loop   - claims runs in batches (SKIP LOCKED) whenever slots are free
 executor     - runs each attempt (threads for sync tasks, the event loop for async ones)
 completer    - writes outcomes in batches, fenced by lease
-lease keeper - renews all held leases in one statement; drops runs whose lease was lost
+lease keeper - renews all held leases in one statement, from its own thread; drops runs
+               whose lease was lost
+watchdog     - warns when task code blocks the event loop, naming the task
 rescuer      - takes back runs whose lease expired elsewhere
 stager       - promotes scheduled runs that are due
 listener     - LISTEN for new work and cancels
@@ -47,7 +49,7 @@ from pgqueue.worker._service import DB_ERRORS, outage_delay
 from pgqueue.worker._stager import Stager
 from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
-from pgqueue.worker.leases import LeaseKeeper, Rescuer, WorkerPruner
+from pgqueue.worker.leases import LeaseKeeper, LoopWatch, Rescuer, WorkerPruner
 from pgqueue.worker.notifications import Listener
 
 if TYPE_CHECKING:
@@ -85,6 +87,8 @@ class Worker:
     grace           at shutdown, how long running tasks may finish before release
     retention       how long finished runs and events are kept (None: never prune)
     metrics_port    serve Prometheus metrics on this port (needs pgqueue[metrics])
+    max_runs        drain and stop once this many runs were claimed (exactly that many)
+    max_memory_mb   drain and stop once the process's RSS exceeds this many MiB
     """
 
     def __init__(
@@ -101,11 +105,17 @@ class Worker:
         install_signal_handlers: bool = True,
         retention: Retention | None = DEFAULT_RETENTION,
         metrics_port: int | None = None,
+        max_runs: int | None = None,
+        max_memory_mb: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if lease_seconds < 1:
             raise ValueError("lease_seconds must be >= 1")
+        if max_runs is not None and max_runs < 1:
+            raise ValueError("max_runs must be >= 1 (or None: no limit)")
+        if max_memory_mb is not None and not max_memory_mb > 0:
+            raise ValueError("max_memory_mb must be > 0 (or None: no limit)")
         self.app = app
         self.queues = list(queues) if queues else app.served_queues()
         self.concurrency = concurrency
@@ -124,6 +134,9 @@ class Worker:
         self.install_signal_handlers = install_signal_handlers
         self.retention = retention
         self.metrics_port = metrics_port
+        self.max_runs = max_runs
+        self.max_memory_mb = max_memory_mb
+        self._rss_checked = -1.0  # when _over_memory last read the RSS (monotonic)
         self.transitions = Transitions(None)
         self.id = uuid.uuid4()
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
@@ -141,6 +154,11 @@ class Worker:
         self._in_threads = 0
         self._threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
         self._threads_quiet: asyncio.Future[None] | None = None
+        # Attempts whose outcome is written (or whose lease is gone) while their thread
+        # still runs, in a limited queue: the task filing their permit in
+        # pgqueue.zombie_permits, until the thread returns (_keep_permit).
+        self._zombies: dict[Held, asyncio.Task[None]] = {}
+        self._permit_tasks: set[asyncio.Task[None]] = set()
         self.stats: Counter[str] = Counter()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
@@ -191,6 +209,17 @@ class Worker:
         held.lost = True
         held.stop()
         self.stats["lost"] += 1
+        inv = held.invocation
+        if self._threaded.get(held.row.task) or (inv is not None and not inv.done()):
+            # its thread runs on: the run no longer holds the permit, the thread does
+            self._keep_permit(held)
+
+    def leases_lost(self, leases: list[tuple[int, str]]) -> None:
+        """On the loop: the lease keeper's thread found these leases no longer valid."""
+        lost = set(leases)
+        for held in [h for h in self.held if (h.id, h.lease_token) in lost]:
+            if not held.submitted and not held.lost:
+                self.lose(held.id, "its lease was lost (expired, rescued or canceled)")
 
     # -- main -------------------------------------------------------------------------
 
@@ -231,7 +260,6 @@ class Worker:
         duties = [
             self.queue_limits.run(),
             self.completer.run(),
-            LeaseKeeper(self).run(),
             Rescuer(self).run(),
             WorkerPruner(self).run(),
             self.stager.run(),
@@ -244,6 +272,10 @@ class Worker:
         if self.app.notify:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
+        self.lease_keeper = LeaseKeeper(self)
+        self.lease_keeper.start()
+        watch = LoopWatch(self)
+        watch.start()
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%.0fs",
             self.id,
@@ -271,6 +303,9 @@ class Worker:
                 for t in pending:
                     t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            watch.stop()
+            # in a thread: a renewal in flight is waited for, and the loop is not blocked
+            await asyncio.to_thread(self.lease_keeper.stop)
             await self._deregister()
             await self._pool.close()
             self.threads.shutdown()
@@ -341,6 +376,8 @@ class Worker:
                 if free > 0 and (
                     not flying or (len(flying) < depth and full and free >= self.claim_batch)
                 ):
+                    if self.max_memory_mb is not None and self._over_memory():
+                        continue  # draining: the loop ends
                     flying.add(asyncio.create_task(self._claim_round(start)))
                     start = (start + 1) % len(self.queues)
                     continue
@@ -408,6 +445,9 @@ class Worker:
         n = len(self.queues)
         for i in range(n):
             free = self.concurrency - len(self.held) - self._reserved
+            if self.max_runs is not None:
+                # exactly max_runs: the claims in flight count as what they asked for
+                free = min(free, self.max_runs - self.stats["claimed"] - self._reserved)
             if free <= 0:
                 break
             asked = min(free, self.claim_batch)
@@ -448,6 +488,8 @@ class Worker:
             rows = await semaphores.claim(conn, queue, params, limited)
         if not limited:
             self.marks.landed(queue, rows)
+        if rows:
+            self.lease_keeper.add(rows)
         rows.sort(key=lambda r: (r.priority, r.id))
         start = self._start_task
         assert start is not None  # set by run_async, before any claim
@@ -467,6 +509,8 @@ class Worker:
                 held.task = task
                 self._executing.add(task)
         self.stats["claimed"] += len(rows)
+        if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
+            self._recycle(f"{self.max_runs} runs claimed (max_runs)")
         return len(rows)
 
     async def _execute(self, held: Held) -> None:
@@ -488,6 +532,9 @@ class Worker:
                         # settles it, and this task ends now (no second step per run).
                         self.completer.post(outcome, held)
                         return
+                if inv is not None and not inv.done():
+                    # timed out, its thread runs on: the permit stays taken (_keep_permit)
+                    await self._keep_permit(held)
                 written = await self.completer.submit(outcome)
                 self.written(held, outcome, written)
                 if written and outcome.state in TERMINAL_STATES:
@@ -499,6 +546,9 @@ class Worker:
                 # but this slot stays busy until the function returns. Not when stopping:
                 # a released run must not keep the process (and its thread) alive.
                 await asyncio.wait([inv])
+            if inv is not None and inv.done() and self._zombies:
+                # (not while it runs on at exit: the permit goes with the worker's row)
+                self._release_permit(held)
         except Exception:
             log.exception("run %s: internal error in the worker", held.id)
         finally:
@@ -535,8 +585,10 @@ class Worker:
             log.error("run %s: internal error in the worker", held.id, exc_info=exc)
             outcome = None
         if held.submitted:
-            pass  # timed out: its failure was written; the slot was busy until now
+            # timed out: its failure was written; the slot (and permit) was busy until now
+            self._release_permit(held)
         elif outcome is None or held.lost or held.released:
+            self._release_permit(held)
             self.transitions.finished(held, None, False)
         else:
             held.submitted = True
@@ -555,8 +607,99 @@ class Worker:
         )
         # as an async attempt's timeout: ctx.cancelled set, the failure per retry policy
         outcome = _executor.raised(held, self.app.tasks[held.row.task], timeout)
-        if outcome is not None:
+        if outcome is None:
+            return
+        if held.row.queue in self.limited:
+            # written once the thread's permit is filed: a limited queue's claims never
+            # see a moment where neither the run nor its thread holds it
+            self._keep_permit(held).add_done_callback(lambda _: self.completer.post(outcome, held))
+        else:
             self.completer.post(outcome, held)
+
+    # -- permits of threads that outlive their attempt --------------------------------
+
+    def _keep_permit(self, held: Held) -> asyncio.Task[None]:
+        """File `held` in pgqueue.zombie_permits (a limited queue's only), for as long as
+        its thread runs: the task that does it, done once it is filed (or given up)."""
+        task = self._zombies.get(held)
+        if task is None:
+            task = self._zombies[held] = asyncio.ensure_future(self._hold_permit(held))
+        return task
+
+    async def _hold_permit(self, held: Held) -> None:
+        row = held.row
+        if row.queue not in self.limited:
+            return
+        params = {
+            "lease_token": held.lease_token,
+            "run_id": held.id,
+            "worker_id": self.id,
+            "queue": row.queue,
+            "group_key": row.group_key,
+            "lease_seconds": self.lease_seconds,
+        }
+        for failures in range(1, 4):
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(_sql.query("hold_zombie_permit"), params)
+                return
+            except DB_ERRORS as exc:
+                await asyncio.sleep(outage_delay("keeping a permit", exc, failures))
+            except Exception:
+                break
+        log.error(
+            "run %s (%s): could not keep its permit while its thread runs on; the queue's "
+            "limit may be exceeded until it returns",
+            held.id,
+            row.task,
+        )
+
+    def _release_permit(self, held: Held) -> None:
+        """On the loop: `held`'s thread returned; its permit, if filed, is free."""
+        hold = self._zombies.pop(held, None)
+        if hold is not None:
+            release = asyncio.ensure_future(self._drop_permit(held, hold))
+            self._permit_tasks.add(release)
+            release.add_done_callback(self._permit_tasks.discard)
+
+    async def _drop_permit(self, held: Held, hold: asyncio.Task[None]) -> None:
+        await hold  # filed first, or a late insert would outlive the thread
+        failures = 0
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(
+                        _sql.query("release_zombie_permit"), {"lease_token": held.lease_token}
+                    )
+                return
+            except DB_ERRORS as exc:
+                # the worker's row goes at exit, and its permits with it
+                failures += 1
+                await asyncio.sleep(outage_delay("returning a permit", exc, failures))
+
+    # -- recycling --------------------------------------------------------------------
+
+    def _over_memory(self) -> bool:
+        """Whether RSS exceeds max_memory_mb (then drain), asked before each claim: the
+        moment it matters, since a draining worker only stops claiming. Read at most ten
+        times a second (a read of /proc is some microseconds)."""
+        now = time.monotonic()
+        if now - self._rss_checked < 0.1:
+            return False
+        self._rss_checked = now
+        rss, limit = rss_mb(), self.max_memory_mb
+        assert limit is not None
+        if rss <= limit:
+            return False
+        self._recycle(f"RSS {rss:.0f} MiB over max_memory_mb {limit:g}")
+        return True
+
+    def _recycle(self, why: str) -> None:
+        """Drain and stop, as on SIGTERM: a supervisor starts a fresh process."""
+        assert self._stop is not None
+        if not self._stop.is_set():
+            log.info("%s: draining to exit (recycling)", why)
+            self._stop.set()
 
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
@@ -660,6 +803,20 @@ class Worker:
         )
         assert self._stop is not None
         self._stop.set()
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MiB: /proc/self/statm (one read) where there is
+    one, else the peak RSS from getrusage."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def monotonic() -> float:

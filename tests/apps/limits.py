@@ -18,3 +18,26 @@ def span(tag: str, seconds: float) -> str:
     time.sleep(seconds)
     record(f"end:{tag}")
     return tag
+
+
+app.queue("overrun", concurrency=3)
+
+
+@app.task(name="limits.overrun", queue="overrun", timeout=1, max_attempts=1)
+def overrun(tag: str, seconds: float) -> None:
+    """A sync body that runs on past its timeout: its thread cannot be stopped."""
+    record(f"start:{tag}")
+    time.sleep(seconds)
+    record(f"end:{tag}")
+
+
+def _noted(ctx: pgqueue.Context, error: str) -> None:
+    record(f"hook:{ctx.run_id}")
+
+
+@app.task(
+    name="limits.overrun_hooked", queue="overrun", timeout=1, max_attempts=1, on_failure=_noted
+)
+def overrun_hooked(tag: str, seconds: float) -> None:
+    """overrun, with a hook: its attempt is awaited on the loop, not run wholly in a thread."""
+    overrun(tag, seconds)
