@@ -83,7 +83,8 @@ def dumps(
             f"{what} are {size:,} bytes, over the {limit:,}-byte limit: store large data "
             "in your own table and pass its id (or raise App(max_payload_bytes=...))"
         )
-    if too_deep(data, max_depth):
+    # too_deep() starts with the length test; made here, it saves most payloads a call
+    if size > 2 * max_depth + 1 and too_deep(data, max_depth):
         raise _too_deep(what, max_depth)
     return text
 

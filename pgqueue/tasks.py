@@ -537,6 +537,12 @@ def build_row(
     if opts.run_at is not None and opts.run_at.tzinfo is None:
         raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
     limit, depth = app.max_payload_bytes, app.max_json_depth
+    # None is tested here: most runs have no keys, and a call costs more than the test
+    group_key = opts.group if opts.group is not None else group
+    if group_key is not None:
+        check_key("group key", group_key)
+    if opts.idempotency_key is not None:
+        check_key("idempotency key", opts.idempotency_key)
     return RunRow(
         task=task,
         queue=check_name("queue", opts.queue or queue),
@@ -549,8 +555,8 @@ def build_row(
         timeout_seconds=(
             timeout if opts.timeout is None else check_seconds("timeout", opts.timeout, zero=False)
         ),
-        group_key=check_key("group key", opts.group if opts.group is not None else group),
-        idempotency_key=check_key("idempotency key", opts.idempotency_key),
+        group_key=group_key,
+        idempotency_key=opts.idempotency_key,
         run_at=opts.run_at,
         delay=delay,
         parent_id=opts.parent_id,
