@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgqueue import _inserts, _sql, db
 from pgqueue.errors import ConfigError
-from pgqueue.runs import Run, RunHandle, found_run
+from pgqueue.runs import Run, RunHandle, check_run_id, found_run
 from pgqueue.tasks import RunBatch, RunRow
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class AsyncApp:
 
     async def get_run_async(self, run_id: int, *, conn: AsyncConn | None = None) -> Run:
         async with self.async_connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_sql.query("get_run"), {"id": run_id})
+            await cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)})
             row = await cur.fetchone()
         return found_run(run_id, row)
 

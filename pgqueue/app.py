@@ -20,9 +20,9 @@ from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
 from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
-from pgqueue.errors import UnknownTask
+from pgqueue.errors import OutOfRange, UnknownTask
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
-from pgqueue.runs import Run, RunHandle, found_run
+from pgqueue.runs import Run, RunHandle, check_run_id, found_run
 from pgqueue.tasks import (
     EnqueueOptions,
     GroupFn,
@@ -31,7 +31,9 @@ from pgqueue.tasks import (
     Task,
     Validator,
     build_row,
+    check_key,
     check_name,
+    check_seconds,
 )
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 NOTIFY_ENV = "PGQUEUE_NOTIFY"
+# pgqueue.queues.concurrency and group_concurrency are integers.
+LIMIT_MAX = 2**31 - 1
 
 # Returns the connection of the caller's open transaction, or None (see App.caller_connection).
 ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
@@ -66,6 +70,8 @@ class App(AsyncApp):
     create its App at import time and the CLI's --dsn can still apply.
     `notify=False` (or PGQUEUE_NOTIFY=off) disables LISTEN/NOTIFY, for poolers in
     transaction mode; workers then find work by polling.
+    `max_payload_bytes`, `max_json_depth`: arguments, results and event payloads larger,
+    or nested deeper (lists and dicts), are refused (PayloadTooLarge, InvalidArguments).
     """
 
     def __init__(
@@ -74,6 +80,7 @@ class App(AsyncApp):
         *,
         notify: bool | None = None,
         max_payload_bytes: int = _json.DEFAULT_MAX_PAYLOAD_BYTES,
+        max_json_depth: int = _json.DEFAULT_MAX_JSON_DEPTH,
         pool_size: int = 4,
         default_queue: str = "default",
     ) -> None:
@@ -82,6 +89,10 @@ class App(AsyncApp):
             notify = os.environ.get(NOTIFY_ENV, "on").lower() not in ("off", "0", "false", "no")
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
+        if max_json_depth < 1:
+            raise OutOfRange(f"max_json_depth must be 1 or more, not {max_json_depth}")
+        # arguments, results and event payloads nested deeper are refused
+        self.max_json_depth = max_json_depth
         self.pool_size = pool_size
         self.default_queue = check_name("queue", default_queue)
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -135,8 +146,11 @@ class App(AsyncApp):
             ("concurrency", concurrency),
             ("group_concurrency", group_concurrency),
         ):
-            if value is not None and value < 1:
-                raise ValueError(f"queue {name!r}: {label} must be >= 1 (or None for no limit)")
+            if value is not None and not 1 <= value <= LIMIT_MAX:
+                raise OutOfRange(
+                    f"queue {name!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "
+                    f"not {value}"
+                )
         config = QueueConfig(check_name("queue", name), concurrency, group_concurrency)
         self.queues[name] = config
         return config
@@ -318,7 +332,7 @@ class App(AsyncApp):
 
     def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
         with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(_sql.query("get_run"), {"id": run_id}).fetchone()
+            row = cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)}).fetchone()
         return found_run(run_id, row)
 
     def list_runs(
@@ -342,7 +356,8 @@ class App(AsyncApp):
         parent is woken. `children=True` cancels its child runs too. Returns False if the
         run had already finished."""
         with self.connection() as c:
-            row = c.execute(_sql.query("cancel"), {"id": run_id, "children": children}).fetchone()
+            params = {"id": check_run_id(run_id), "children": children}
+            row = c.execute(_sql.query("cancel"), params).fetchone()
         return bool(row and row[0])
 
     def emit_event(
@@ -356,10 +371,19 @@ class App(AsyncApp):
     ) -> int:
         """Emit an event: wakes every workflow waiting for (event, key) at once, or after
         `delay` seconds. Joins the caller's transaction with `conn=`. Returns its id."""
+        check_name("event", event)
         text = _json.dumps(
-            payload, what=f"the payload of event {event!r}", limit=self.max_payload_bytes
+            payload,
+            what=f"the payload of event {event!r}",
+            limit=self.max_payload_bytes,
+            max_depth=self.max_json_depth,
         )
-        params = {"event": check_name("event", event), "key": key, "payload": text, "delay": delay}
+        params = {
+            "event": event,
+            "key": check_key("event key", key),
+            "payload": text,
+            "delay": None if delay is None else check_seconds("delay", delay, zero=True),
+        }
         with self.connection(self.caller_connection(conn)) as c:
             row = c.execute(_sql.query("emit_event"), params).fetchone()
         assert row is not None
@@ -373,7 +397,7 @@ class App(AsyncApp):
         """Queue a finished run again for one more attempt (recorded in run_errors).
         Returns False if the run has not finished."""
         with self.connection() as c:
-            row = c.execute(_sql.query("retry"), {"id": run_id}).fetchone()
+            row = c.execute(_sql.query("retry"), {"id": check_run_id(run_id)}).fetchone()
         return bool(row and row[0])
 
     def set_limits(
@@ -386,8 +410,11 @@ class App(AsyncApp):
             ("concurrency", concurrency),
             ("group_concurrency", group_concurrency),
         ):
-            if value is not None and value < 1:
-                raise ValueError(f"queue {queue!r}: {label} must be >= 1 (or None for no limit)")
+            if value is not None and not 1 <= value <= LIMIT_MAX:
+                raise OutOfRange(
+                    f"queue {queue!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "
+                    f"not {value}"
+                )
         params = {
             "queue": check_name("queue", queue),
             "concurrency": concurrency,

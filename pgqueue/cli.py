@@ -219,6 +219,8 @@ def parse_json(option: str, text: str | None, kind: type) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         fail(f"{option} is not valid JSON ({exc.msg} at position {exc.pos}): {text!r}")
+    except RecursionError:
+        fail(f"{option} nests too deeply to parse: flatten it")
     if not isinstance(value, kind):
         want = (
             "a JSON array, e.g. '[1, \"a\"]'"
@@ -482,6 +484,8 @@ def emit(
             payload = json.loads(payload_json)
         except json.JSONDecodeError as exc:
             fail(f"--payload is not valid JSON ({exc.msg} at position {exc.pos})")
+        except RecursionError:
+            fail("--payload nests too deeply to parse: flatten it")
     event_id = open_app(dsn, embedded).emit_event(event, key=key, payload=payload, delay=delay)
     click.echo(f"event {event_id} emitted")
 

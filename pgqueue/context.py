@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pgqueue.tasks import check_seconds
+
 if TYPE_CHECKING:
     from pgqueue.runs import RunHandle
     from pgqueue.tasks import Task
@@ -75,9 +77,8 @@ class Context:
 
     def sleep(self, name: str, seconds: float | timedelta) -> None:
         """Sleep durably: the worker is freed and the run resumes after `seconds`."""
-        if isinstance(seconds, timedelta):
-            seconds = seconds.total_seconds()
-        self.durable.sleep_until(name, {"seconds": float(seconds)})
+        seconds = check_seconds("sleep", seconds, zero=True)
+        self.durable.sleep_until(name, {"seconds": seconds})
 
     def sleep_until(self, name: str, when: datetime) -> None:
         if when.tzinfo is None:

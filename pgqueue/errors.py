@@ -36,6 +36,11 @@ class InvalidArguments(UserError, TypeError):
     """Arguments that are not JSON, or do not fit the task's signature."""
 
 
+class OutOfRange(UserError, ValueError):
+    """A number or a length outside what pgqueue can store (priority, max_attempts,
+    timeouts, delays, names)."""
+
+
 class PayloadTooLarge(UserError, ValueError):
     """Arguments or a result over the App's max_payload_bytes."""
 

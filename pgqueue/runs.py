@@ -153,6 +153,14 @@ def outcome(run: Run) -> Any:
     return PENDING
 
 
+def check_run_id(run_id: int) -> int:
+    """`run_id`, or RunNotFound if no run can have it (ids are bigints): the query would
+    otherwise look for a function of numeric and fail as if the schema were missing."""
+    if not -(2**63) <= run_id < 2**63:
+        raise RunNotFound(f"no run with id {run_id} (run ids are 64-bit integers)")
+    return run_id
+
+
 def found_run(run_id: int, row: dict[str, Any] | None) -> Run:
     """The Run from get_run.sql's row, or RunNotFound."""
     if row is None:

@@ -176,8 +176,12 @@ def define(
                 cron=cron,
                 tz=tz,
                 task=check_name("task", task),
-                args=_json.dumps(list(args), what=what, limit=app.max_payload_bytes),
-                kwargs=_json.dumps(kwargs, what=what, limit=app.max_payload_bytes),
+                args=_json.dumps(
+                    list(args), what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
+                ),
+                kwargs=_json.dumps(
+                    kwargs, what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
+                ),
                 queue=check_name("queue", queue or app.default_queue),
                 priority=0,
                 max_attempts=3,
@@ -192,8 +196,12 @@ def define(
         cron=cron,
         tz=tz,
         task=task.name,
-        args=_json.dumps(list(args), what=what, limit=app.max_payload_bytes),
-        kwargs=_json.dumps(kwargs, what=what, limit=app.max_payload_bytes),
+        args=_json.dumps(
+            list(args), what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
+        ),
+        kwargs=_json.dumps(
+            kwargs, what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
+        ),
         queue=check_name("queue", queue or task.queue),
         priority=task.priority,
         max_attempts=task.max_attempts,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import psycopg
 
 from pgqueue import _json
-from pgqueue.errors import InvalidArguments, UserError
+from pgqueue.errors import InvalidArguments, OutOfRange, UserError
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.runs import RunHandle
 
@@ -28,6 +28,14 @@ Hook = Callable[..., Any]
 GroupFn = Callable[..., str | None]
 
 MAX_NAME_LENGTH = 200
+# Group, idempotency and event keys: refused above this many bytes (see check_key).
+MAX_KEY_BYTES = 512
+# The columns' ranges: runs.priority is a smallint, runs.max_attempts an integer.
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
+MAX_ATTEMPTS_MAX = 2**31 - 1
+# Delays and timeouts: beyond this, now() + delay overflows sooner or later, and nobody
+# means it. (A NaN fails both comparisons in check_seconds: refused too.)
+MAX_SECONDS = 100 * 365 * 86400
 
 
 class ValidationError(UserError, ValueError):
@@ -35,9 +43,90 @@ class ValidationError(UserError, ValueError):
 
 
 def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
-        raise ValueError(f"{kind} name must be a non-empty string of at most 200 characters")
+    """A task, queue or event name: 1 to MAX_NAME_LENGTH characters PostgreSQL can store."""
+    if not isinstance(name, str):
+        raise InvalidArguments(f"{kind} name must be a string, not {type(name).__name__}")
+    if not name or len(name) > MAX_NAME_LENGTH:
+        raise OutOfRange(
+            f"{kind} name must be 1 to {MAX_NAME_LENGTH} characters long, not {len(name):,}"
+        )
+    check_text(f"{kind} name", name)
     return name
+
+
+def check_text(what: str, text: str) -> None:
+    """Raise InvalidArguments if PostgreSQL cannot store `text`: a NUL character, or a lone
+    surrogate (which UTF-8 cannot encode)."""
+    if "\x00" in text:
+        raise InvalidArguments(
+            f"{what} must not contain a NUL character (\\x00): PostgreSQL cannot store it"
+        )
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidArguments(
+                f"{what} must be valid Unicode: {text[exc.start]!r} at position {exc.start} "
+                "is a lone surrogate, which UTF-8 cannot encode"
+            ) from None
+
+
+def check_key(what: str, key: str | None, limit: int = MAX_KEY_BYTES) -> str | None:
+    """A group, idempotency or event key (None: none) of at most `limit` bytes in UTF-8.
+    Longer keys would not fit the indexes that hold them (a btree entry has at most 2,704
+    bytes), and fail with a server error far from their enqueue."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise InvalidArguments(f"{what} must be a string, not {type(key).__name__}")
+    check_text(what, key)
+    if len(key) > limit // 4 and len(key.encode()) > limit:
+        raise InvalidArguments(
+            f"{what} is {len(key.encode()):,} bytes in UTF-8, over the {limit}-byte limit: "
+            "use a shorter key (a hash of a long one, for example)"
+        )
+    return key
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int):
+        raise InvalidArguments(f"priority must be an int, not {type(priority).__name__}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise OutOfRange(
+            f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX} (lower runs first), "
+            f"not {priority}"
+        )
+    return priority
+
+
+def check_max_attempts(max_attempts: int) -> int:
+    if not isinstance(max_attempts, int):
+        raise InvalidArguments(f"max_attempts must be an int, not {type(max_attempts).__name__}")
+    if not 1 <= max_attempts <= MAX_ATTEMPTS_MAX:
+        raise OutOfRange(
+            f"max_attempts must be between 1 and {MAX_ATTEMPTS_MAX}, not {max_attempts}"
+        )
+    return max_attempts
+
+
+def check_seconds(what: str, seconds: float | timedelta, *, zero: bool) -> float:
+    """A timeout (`zero=False`: more than 0) or a delay (`zero=True`: 0 or more), in
+    seconds, finite and at most MAX_SECONDS."""
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    if not isinstance(seconds, (int, float)):
+        raise InvalidArguments(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int too large for a float
+        value = float("inf")
+    in_range = value >= 0 if zero else value > 0
+    if not (in_range and value <= MAX_SECONDS):
+        low = "0 or more" if zero else "more than 0"
+        raise OutOfRange(
+            f"{what} must be {low} seconds and at most {MAX_SECONDS:,} (100 years), not {value:g}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -166,9 +255,9 @@ class RunBatch(Sequence[RunRow]):
             if group_fn is None:
                 append([args, kwargs])
             else:
-                append([args, kwargs, group_fn(*args, **kwargs)])
+                append([args, kwargs, check_key("group key", group_fn(*args, **kwargs))])
         what = f"arguments of task {task.name!r}"
-        document = _encode(elements, what, task.app.max_payload_bytes, cls.CHUNK)
+        document = _encode(elements, what, task.app, cls.CHUNK)
         return cls(shared, elements, document, plain=group_fn is None)
 
     def __len__(self) -> int:
@@ -192,18 +281,28 @@ class RunBatch(Sequence[RunRow]):
         )
 
 
-def _encode(elements: list[list[Any]], what: str, limit: int, chunk: int) -> str:
+def _encode(elements: list[list[Any]], what: str, app: App, chunk: int) -> str:
     """The JSON array of `elements` ([args, kwargs, ...] per run), encoded a chunk at a
     time. A chunk within `limit` bytes holds no run over it; only a larger chunk is
-    checked run by run, which raises the PayloadTooLarge of a single enqueue."""
+    checked run by run, which raises the PayloadTooLarge of a single enqueue. Arguments
+    nest two levels below the chunk's document, whose depth limit is theirs plus two; a
+    chunk refused for its depth (or its encoding) is checked run by run too, for the
+    error of the run at fault."""
+    limit, depth = app.max_payload_bytes, app.max_json_depth
     parts = []
     for start in range(0, len(elements), chunk):
         part = elements[start : start + chunk]
-        text = _json.dumps(part, what=what, limit=sys.maxsize)
-        if (len(text) if text.isascii() else len(text.encode())) > limit:
+        try:
+            text = _json.dumps(part, what=what, limit=sys.maxsize, max_depth=depth + 2)
+            oversized = (len(text) if text.isascii() else len(text.encode())) > limit
+        except InvalidArguments:
+            text, oversized = "", True
+        if oversized:
             for args, kwargs, *_ in part:
-                _json.dumps(list(args), what=what, limit=limit)
-                _json.dumps(kwargs, what=what, limit=limit)
+                _json.dumps(list(args), what=what, limit=limit, max_depth=depth)
+                _json.dumps(kwargs, what=what, limit=limit, max_depth=depth)
+        if not text:  # no run alone is at fault: the chunk's own error
+            _json.dumps(part, what=what, limit=sys.maxsize, max_depth=depth + 2)
         parts.append(text)
     if len(parts) == 1:
         return parts[0]
@@ -276,17 +375,20 @@ class Task(Generic[P, R]):
         on_failure: Hook | None,
         workflow: bool,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"task {name!r}: max_attempts must be >= 1")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"task {name!r}: timeout must be > 0 seconds")
+        self.name = check_name("task", name)
+        try:
+            self.queue = check_name("queue", queue)
+            self.priority = check_priority(priority)
+            self.max_attempts = check_max_attempts(max_attempts)
+            self.timeout = (
+                None if timeout is None else check_seconds("timeout", timeout, zero=False)
+            )
+            if isinstance(group, str):
+                check_key("group key", group)
+        except (InvalidArguments, OutOfRange) as exc:
+            raise type(exc)(f"task {name!r}: {exc}") from None
         self.app = app
         self.fn = fn
-        self.name = check_name("task", name)
-        self.queue = check_name("queue", queue)
-        self.priority = priority
-        self.max_attempts = max_attempts
-        self.timeout = timeout
         self.retry = retry
         self.validator = validator
         self.group = group
@@ -428,20 +530,32 @@ def build_row(
     timeout: float | None = None,
     group: str | None = None,
 ) -> RunRow:
-    """A run row from arguments, per-enqueue options and the task's defaults."""
+    """A run row from arguments, per-enqueue options and the task's defaults (checked
+    when the task was registered: only the options are checked here)."""
     what = f"arguments of task {task!r}"
-    delay = opts.delay.total_seconds() if isinstance(opts.delay, timedelta) else opts.delay
+    delay = None if opts.delay is None else check_seconds("delay", opts.delay, zero=True)
     if opts.run_at is not None and opts.run_at.tzinfo is None:
         raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    limit, depth = app.max_payload_bytes, app.max_json_depth
+    # None is tested here: most runs have no keys, and a call costs more than the test
+    group_key = opts.group if opts.group is not None else group
+    if group_key is not None:
+        check_key("group key", group_key)
+    if opts.idempotency_key is not None:
+        check_key("idempotency key", opts.idempotency_key)
     return RunRow(
         task=task,
         queue=check_name("queue", opts.queue or queue),
-        priority=priority if opts.priority is None else opts.priority,
-        args=_json.dumps(list(args), what=what, limit=app.max_payload_bytes),
-        kwargs=_json.dumps(dict(kwargs), what=what, limit=app.max_payload_bytes),
-        max_attempts=opts.max_attempts or max_attempts,
-        timeout_seconds=opts.timeout or timeout,
-        group_key=opts.group if opts.group is not None else group,
+        priority=priority if opts.priority is None else check_priority(opts.priority),
+        args=_json.dumps(list(args), what=what, limit=limit, max_depth=depth),
+        kwargs=_json.dumps(dict(kwargs), what=what, limit=limit, max_depth=depth),
+        max_attempts=(
+            max_attempts if opts.max_attempts is None else check_max_attempts(opts.max_attempts)
+        ),
+        timeout_seconds=(
+            timeout if opts.timeout is None else check_seconds("timeout", opts.timeout, zero=False)
+        ),
+        group_key=group_key,
         idempotency_key=opts.idempotency_key,
         run_at=opts.run_at,
         delay=delay,

@@ -332,7 +332,10 @@ def _finish(
     if exc is None:
         try:
             text = _json.dumps(
-                result, what=f"the result of task {task.name!r}", limit=app.max_payload_bytes
+                result,
+                what=f"the result of task {task.name!r}",
+                limit=app.max_payload_bytes,
+                max_depth=app.max_json_depth,
             )
             result = _json.loads(text)
         except (TypeError, ValueError) as bad:

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 
 from pgqueue import _json, _sql
 from pgqueue.errors import LeaseLost, UserError
+from pgqueue.tasks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -79,6 +80,8 @@ class Durable:
         """`name`, then `name#2`, `name#3`... in call order, so loops work."""
         if not isinstance(name, str) or not name or "#" in name:
             raise UserError(f"step name must be a non-empty string without '#', not {name!r}")
+        # a child's idempotency key holds the name (CHILD_KEY): room for it within the limit
+        check_key("step name", name, limit=MAX_KEY_BYTES - 64)
         self._seen[name] += 1
         n = self._seen[name]
         return name if n == 1 else f"{name}#{n}"
@@ -146,7 +149,10 @@ class Durable:
             self.record(name, "failed", error=f"{type(exc).__name__}: {exc}", started_at=started)
             raise
         text = _json.dumps(
-            result, what=f"the result of step {name!r}", limit=self.app.max_payload_bytes
+            result,
+            what=f"the result of step {name!r}",
+            limit=self.app.max_payload_bytes,
+            max_depth=self.app.max_json_depth,
         )
         self.record(name, "succeeded", output=text, started_at=started)
         return _json.loads(text)  # the same value a replay will return
@@ -172,6 +178,10 @@ class Durable:
         raise Suspend("scheduled", left)
 
     def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
+        check_name("event", event)
+        check_key("event key", key)
+        if timeout is not None:
+            timeout = check_seconds("timeout", timeout, zero=True)
         name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == "succeeded":

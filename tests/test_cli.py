@@ -206,3 +206,51 @@ def test_emit_event(capsys: Any, dsn: str) -> None:
     assert_user_error(
         cli(capsys, "emit", "x", "--payload", "{nope", "--dsn", dsn), "--payload is not valid JSON"
     )
+
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (["--priority", "40000"], "priority must be between -32768 and 32767"),
+        (["--priority", "-40000"], "priority must be between"),
+        (["--max-attempts", "10000000000"], "max_attempts must be between 1 and 2147483647"),
+        (["--delay", "nan"], "delay must be 0 or more seconds"),
+        (["--delay", "inf"], "delay must be 0 or more seconds"),
+        (["--delay", "1e308"], "delay must be 0 or more seconds"),
+        (["--args", '["\\ud800"]'], "lone surrogate"),
+        (["--kwargs", '{"n": "\\udfff"}'], "lone surrogate"),
+        (["--args", DEEP], "--args nests too deeply"),
+        (["--kwargs", '{"a":' * 3000 + "1" + "}" * 3000], "--kwargs nests too deeply"),
+        (["--args", "[" + "[" * 300 + "]" * 300 + "]"], "nested deeper than 256 levels"),
+        (["--kwargs", '{"n":' + "[" * 300 + "]" * 300 + "}"], "nested deeper than 256 levels"),
+        (["--queue", "q" * 201], "queue name must be 1 to 200 characters"),
+        (["--idempotency-key", "k" * 600], "idempotency key is 600 bytes"),
+    ],
+)
+def test_enqueue_refuses_bad_values_in_one_line(
+    capsys: Any, dsn: str, app: pgqueue.App, options: list[str], fragment: str
+) -> None:
+    result = cli(capsys, "enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", *options)
+    assert_user_error(result, fragment)
+    assert app.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["emit", "e", "--key", "k" * 600], "event key is 600 bytes"),
+        (["emit", "e", "--payload", DEEP], "--payload nests too deeply"),
+        (["emit", "e", "--payload", "[" * 300 + "]" * 300], "nested deeper than 256"),
+        (["emit", "e", "--payload", '"\\ud800"'], "lone surrogate"),
+        (["emit", "e" * 201], "event name must be 1 to 200"),
+        (["queues", "set", "q", "--concurrency", "10000000000"], "concurrency must be 1 to"),
+        (["queues", "set", "q" * 201, "--concurrency", "1"], "queue name must be 1 to 200"),
+    ],
+)
+def test_other_commands_refuse_bad_values_in_one_line(
+    capsys: Any, dsn: str, args: list[str], fragment: str
+) -> None:
+    assert_user_error(cli(capsys, *args, "--dsn", dsn), fragment)

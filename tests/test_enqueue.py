@@ -591,3 +591,285 @@ def test_plain_batches_insert_what_the_general_statement_does(
         app.task(name="grouped", group=lambda a: str(a))(lambda a: None), EnqueueOptions(), [(1,)]
     )
     assert not group_by_args.plain  # its elements carry a group: the general statement
+
+
+# -- hostile input: refused before anything is stored (DESIGN 13) -------------------------
+
+
+def nested(depth: int) -> Any:
+    """A value whose lists nest `depth` deep ([] is 1)."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def count_runs(conn: psycopg.Connection[Any]) -> int:
+    return conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone()[0]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("depth", [257, 965, 5000])
+def test_arguments_nested_deeper_than_max_json_depth_are_refused(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any], depth: int
+) -> None:
+    # the args list is a level of its own: its one argument may nest 255 deep
+    send.enqueue(nested(255))
+    match = r"^arguments of task .*: nested deeper than 256 levels"
+    with pytest.raises(pgqueue.InvalidArguments, match=match):
+        send.enqueue(nested(depth))
+    with pytest.raises(pgqueue.InvalidArguments, match=match):
+        send.enqueue("a", subject=nested(depth))
+    with pytest.raises(pgqueue.InvalidArguments, match=match):
+        send.enqueue_many([("a",)] * 10 + [(nested(depth),)])
+    with pytest.raises(pgqueue.InvalidArguments, match=r"payload of event 'e': nested deeper"):
+        app.emit_event("e", payload=nested(depth))
+    assert count_runs(conn) == 1
+    assert conn.execute("SELECT count(*) FROM pgqueue.events").fetchone() == (0,)
+
+
+def test_max_json_depth_is_an_app_option(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    app = pgqueue.App(dsn, max_json_depth=3)
+
+    @app.task
+    def t(x: Any) -> None: ...
+
+    t.enqueue([[1]])  # [[[1]]]: 3 levels
+    t.enqueue_many([([[1]],), {"x": [[1]]}])
+    with pytest.raises(pgqueue.InvalidArguments, match="deeper than 3 levels"):
+        t.enqueue([[[1]]])
+    with pytest.raises(pgqueue.InvalidArguments, match="deeper than 3 levels"):
+        t.enqueue_many([([[1]],), ([[[1]]],)])
+    # brackets inside strings are text
+    t.enqueue("[[[[[[[[" * 10 + '"\\' + "{{{{" * 10)
+    assert count_runs(conn) == 4
+    app.close()
+
+
+@pytest.mark.parametrize(
+    "enqueue",
+    [
+        lambda t: t.enqueue("\ud800"),
+        lambda t: t.enqueue("a", subject={"\udfff": 1}),
+        lambda t: t.enqueue_many([("a",), ("b\ud800",)]),
+        lambda t: t.options(group="g\ud800").enqueue("a"),
+        lambda t: t.options(queue="q\ud800").enqueue("a"),
+        lambda t: t.options(idempotency_key="k\ud800").enqueue("a"),
+        lambda t: t.app.enqueue_by_name("t\ud800"),
+        lambda t: t.app.emit_event("e", key="\ud800"),
+        lambda t: t.app.emit_event("e", payload="\ud800"),
+    ],
+)
+def test_lone_surrogates_are_invalid_arguments(
+    send: Any, conn: psycopg.Connection[Any], enqueue: Any
+) -> None:
+    with pytest.raises(pgqueue.InvalidArguments, match="lone surrogate"):
+        enqueue(send)
+    assert count_runs(conn) == 0
+
+
+@pytest.mark.parametrize(
+    "enqueue",
+    [
+        lambda t: t.app.enqueue_by_name("t\x00"),
+        lambda t: t.options(queue="q\x00").enqueue("a"),
+        lambda t: t.options(group="g\x00").enqueue("a"),
+        lambda t: t.options(idempotency_key="k\x00").enqueue("a"),
+        lambda t: t.app.emit_event("e\x00"),
+        lambda t: t.app.emit_event("e", key="k\x00"),
+    ],
+)
+def test_nul_in_names_and_keys_is_invalid_arguments(
+    send: Any, conn: psycopg.Connection[Any], enqueue: Any
+) -> None:
+    with pytest.raises(pgqueue.InvalidArguments, match="NUL character"):
+        enqueue(send)
+    assert count_runs(conn) == 0
+
+
+@pytest.mark.parametrize("key", ["k" * 513, "é" * 257, "x" * 3000])
+def test_keys_over_512_bytes_are_refused(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any], key: str
+) -> None:
+    @app.task(name="grouped", group=lambda n: key if n else "short")
+    def grouped(n: int) -> None: ...
+
+    send.options(group="k" * 512, idempotency_key="é" * 256).enqueue("a")
+    app.emit_event("e", key="k" * 512)
+    match = r"key is [\d,]+ bytes in UTF-8, over the 512-byte limit"
+    for call in (
+        lambda: send.options(group=key).enqueue("a"),
+        lambda: send.options(idempotency_key=key).enqueue("a"),
+        lambda: grouped.enqueue(1),
+        lambda: grouped.enqueue_many([(0,), (1,)]),
+        lambda: app.emit_event("e", key=key),
+    ):
+        with pytest.raises(pgqueue.InvalidArguments, match=match):
+            call()
+    with pytest.raises(pgqueue.InvalidArguments, match="group key"):
+        app.task(name="fixed", group=key)(lambda: None)
+    assert count_runs(conn) == 1
+    assert conn.execute("SELECT count(*) FROM pgqueue.events").fetchone() == (1,)
+
+
+def test_values_at_their_limits_pass_and_names_past_them_are_out_of_range(
+    app: pgqueue.App, send: Any
+) -> None:
+    h = send.options(priority=-32768, max_attempts=2**31 - 1, timeout=1e-3, delay=0).enqueue("a")
+    run = app.get_run(h.id)
+    assert (run.priority, run.max_attempts, run.timeout_seconds) == (-32768, 2**31 - 1, 1e-3)
+    h = send.options(priority=32767, max_attempts=1, queue="q" * 200).enqueue("a")
+    assert (app.get_run(h.id).priority, app.get_run(h.id).queue) == (32767, "q" * 200)
+    with pytest.raises(pgqueue.OutOfRange, match="queue name must be 1 to 200 characters"):
+        send.options(queue="q" * 201).enqueue("a")
+    with pytest.raises(pgqueue.OutOfRange, match="task name must be 1 to 200"):
+        send.app.enqueue_by_name("t" * 201)
+    with pytest.raises(pgqueue.OutOfRange, match="event name must be 1 to 200"):
+        send.app.emit_event("e" * 201)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"priority": 40000}, "priority must be between -32768 and 32767"),
+        ({"priority": -32769}, "priority must be between"),
+        ({"max_attempts": 10_000_000_000}, "max_attempts must be between 1 and 2147483647"),
+        ({"max_attempts": 0}, "max_attempts must be between 1"),
+        ({"max_attempts": -1}, "max_attempts must be between 1"),
+        ({"timeout": 0}, "timeout must be more than 0 seconds"),
+        ({"timeout": -1}, "timeout must be more than 0"),
+        ({"timeout": float("nan")}, "timeout must be .*, not nan"),
+        ({"timeout": float("inf")}, "timeout must be .*, not inf"),
+        ({"delay": -1}, "delay must be 0 or more seconds"),
+        ({"delay": timedelta(seconds=-5)}, "delay must be 0 or more"),
+        ({"delay": float("nan")}, "delay must be .*, not nan"),
+        ({"delay": float("inf")}, "delay must be .*, not inf"),
+        ({"delay": 1e308}, r"delay must be .*, not 1e\+308"),
+        ({"delay": 10**400}, "delay must be .*, not inf"),
+    ],
+)
+def test_out_of_range_options_raise_out_of_range(
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any], options: Any, match: str
+) -> None:
+    with pytest.raises(pgqueue.OutOfRange, match=match):
+        send.options(**options).enqueue("a")
+    with pytest.raises(pgqueue.OutOfRange, match=match):
+        app.enqueue_by_name("elsewhere", ["a"], **options)
+    with pytest.raises(pgqueue.OutOfRange, match=match):
+        send.options(**options).enqueue_many([("a",)])
+    assert isinstance(pgqueue.OutOfRange("x"), (ValueError, pgqueue.UserError))
+    assert count_runs(conn) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"priority": 40000}, "priority must be between"),
+        ({"max_attempts": 0}, "max_attempts must be between 1"),
+        ({"max_attempts": 2**31}, "max_attempts must be between 1"),
+        ({"timeout": 0}, "timeout must be more than 0"),
+        ({"timeout": float("nan")}, "timeout must be .*, not nan"),
+        ({"queue": "q" * 201}, "queue name must be 1 to 200"),
+        ({"name": "t" * 201}, "task name must be 1 to 200"),
+    ],
+)
+def test_out_of_range_task_options_are_refused_at_decoration(
+    app: pgqueue.App, options: Any, match: str
+) -> None:
+    with pytest.raises(pgqueue.OutOfRange, match=match):
+        app.task(**options)(lambda: None)
+    with pytest.raises(pgqueue.OutOfRange, match=match):
+        app.workflow(**options)(lambda ctx: None)
+
+
+def test_ids_beyond_bigint_are_not_found(app: pgqueue.App) -> None:
+    for run_id in (2**63, -(2**63) - 1, 10**30):
+        with pytest.raises(pgqueue.RunNotFound, match=f"no run with id {run_id}"):
+            app.cancel(run_id)
+        with pytest.raises(pgqueue.RunNotFound, match="no run with id"):
+            app.retry(run_id)
+        with pytest.raises(pgqueue.RunNotFound, match="no run with id"):
+            app.get_run(run_id)
+        with pytest.raises(pgqueue.RunNotFound, match="no run with id"):
+            asyncio.run(app.get_run_async(run_id))
+    assert app.cancel(2**63 - 1) is False  # the largest id: a plain miss
+
+
+def test_a_refused_enqueue_leaves_the_callers_transaction_usable(
+    app: pgqueue.App, send: Any, dsn: str
+) -> None:
+    with psycopg.connect(dsn) as own:
+        with own.transaction():
+            first = send.options(conn=own).enqueue("a")
+            for bad in (
+                {"group": "g" * 600},
+                {"priority": 40000},
+                {"delay": float("nan")},
+                {"queue": "q\x00"},
+            ):
+                with pytest.raises(pgqueue.UserError):
+                    send.options(conn=own, **bad).enqueue("a")
+            with pytest.raises(pgqueue.InvalidArguments):
+                send.options(conn=own).enqueue(nested(300))
+            second = send.options(conn=own).enqueue("b")
+        assert {app.get_run(first.id).args[0], app.get_run(second.id).args[0]} == {"a", "b"}
+
+
+def test_sql_enqueue_refuses_deep_json_long_keys_and_bad_values(
+    conn: psycopg.Connection[Any],
+) -> None:
+    deep = "[" * 257 + "]" * 257
+    ok = "[" * 256 + "]" * 256
+    assert conn.execute(
+        "SELECT pgqueue.enqueue('t', %s::jsonb, group_key => repeat('g', 512),"
+        " idempotency_key => repeat('é', 256))",
+        [ok],
+    ).fetchone()
+    assert conn.execute("SELECT pgqueue.emit_event('e', repeat('k', 512), %s::jsonb)", [ok])
+    refused = [
+        ("SELECT pgqueue.enqueue('t', %s::jsonb)", [deep], "args: nested deeper than 256"),
+        (
+            "SELECT pgqueue.enqueue('t', '[]', %s::jsonb)",
+            ['{"a":' * 300 + "1" + "}" * 300],
+            "kwargs: nested deeper than 256",
+        ),
+        (
+            "SELECT pgqueue.enqueue('t', group_key => repeat('g', 513))",
+            [],
+            "group_key is 513 bytes, over the 512-byte limit",
+        ),
+        (
+            "SELECT pgqueue.enqueue('t', group_key => repeat(md5('x'), 100))",
+            [],
+            "group_key is 3200 bytes",
+        ),
+        (
+            "SELECT pgqueue.enqueue('t', idempotency_key => repeat('é', 257))",
+            [],
+            "idempotency_key is 514 bytes",
+        ),
+        ("SELECT pgqueue.emit_event('e', repeat('k', 513))", [], "event key is 513 bytes"),
+        (
+            "SELECT pgqueue.emit_event('e', payload => %s::jsonb)",
+            [deep],
+            "the payload: nested deeper than 256",
+        ),
+        ("SELECT pgqueue.enqueue('t', priority => 40000)", [], "priority must be between"),
+        ("SELECT pgqueue.enqueue('t', max_attempts => 0)", [], "max_attempts must be 1 or more"),
+        ("SELECT pgqueue.enqueue('t', timeout_seconds => 'NaN')", [], "timeout_seconds must be"),
+        ("SELECT pgqueue.enqueue(repeat('t', 201))", [], "names must be 1 to 200"),
+        ("SELECT pgqueue.emit_event('e', delay => -1)", [], "delay must be 0 or more"),
+    ]
+    for query, params, message in refused:
+        with pytest.raises(
+            (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange),
+            match=message,
+        ):
+            conn.execute(query, params)
+        conn.rollback()
+    assert count_runs(conn) == 1
+    # and no client at all stores a group key too long for the limited claim's index
+    with pytest.raises(psycopg.errors.CheckViolation, match="runs_group_key_length"):
+        conn.execute(
+            "INSERT INTO pgqueue.runs (task, queue, state, group_key)"
+            " VALUES ('t', 'q', 'queued', repeat('g', 513))"
+        )

@@ -80,3 +80,64 @@ def test_a_newer_schema_is_accepted_with_a_warning_an_older_one_refused(
     conn.execute("UPDATE pgqueue.alembic_version SET version_num = '0006'")
     code, err = runs_list()
     assert code == 2 and "run `pgqueue migrate`" in err
+
+
+def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
+    server_params: dict[str, Any],
+) -> None:
+    """A group key stored before 0009 that is too long for runs_group_claim_idx made every
+    change giving its queue limits fail (`pgqueue queues set Q --group-concurrency 1`, a
+    worker declaring them). After 0009 it is short, still shared by its runs, and they run
+    under the limits."""
+    from alembic import command
+
+    import pgqueue
+
+    params = {k: v for k, v in server_params.items() if v is not None}
+    name = f"pgqueue_upgrade8_{os.getpid()}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    app = None
+    try:
+        dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
+        with migrate._config(dsn) as cfg:
+            command.upgrade(cfg, "0007")
+        # 3,200 characters that do not compress: too long for a btree entry
+        long_key = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100) g"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO pgqueue.runs (task, queue, state, group_key)"
+                f" SELECT 't', 'q', s, ({long_key})"
+                " FROM unnest(ARRAY['queued', 'queued', 'succeeded']) s"
+            )
+            conn.execute(
+                "INSERT INTO pgqueue.runs (task, queue, state, group_key)"
+                " VALUES ('t', 'q', 'queued', 'short')"
+            )
+        migrate.upgrade(dsn)
+        app = pgqueue.App(dsn)
+        app.set_limits("q", concurrency=None, group_concurrency=1)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            keys = conn.execute(
+                "SELECT group_key, count(*), bool_and(limited OR state = 'succeeded')"
+                " FROM pgqueue.runs GROUP BY 1 ORDER BY 2 DESC"
+            ).fetchall()
+            shortened = keys[0][0]
+            assert keys == [(shortened, 3, True), ("short", 1, True)]
+            assert len(shortened.encode()) == 100 + 1 + 32
+            assert shortened.startswith(conn.execute(long_key).fetchone()[0][:100])  # type: ignore[index]
+            # one permit per group: one run of each group is claimed
+            claimed = conn.execute(
+                "SELECT group_key FROM pgqueue.claim_limited('q', gen_random_uuid(), 10, 30)"
+            ).fetchall()
+        assert sorted(k for (k,) in claimed) == sorted([shortened, "short"])
+    finally:
+        if app is not None:
+            app.close()
+        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

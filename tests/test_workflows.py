@@ -185,3 +185,16 @@ def test_worker_kill_signal_is_not_needed_for_cleanup(dsn: str, flows: pgqueue.A
         w.signal(signal.SIGTERM)
         assert w.wait(20) == 0
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.workers") == 0
+
+
+def test_an_event_wait_on_a_key_over_512_bytes_fails_its_run(dsn: str, flows: pgqueue.App) -> None:
+    """The key would be stored in runs_wait_event_idx: refused before the wait begins."""
+    from tests.apps.flows import waiter
+
+    h = waiter.options(max_attempts=1).enqueue("k" * 600, 60)
+    with WorkerProcess(dsn, APP).wait_ready(), pytest.raises(pgqueue.RunFailed) as info:
+        h.wait(timeout=20)
+    assert "event key is 600 bytes in UTF-8, over the 512-byte limit" in (
+        info.value.run.error or ""
+    )
+    assert flows.run_steps(h.id) == []

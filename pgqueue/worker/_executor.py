@@ -149,7 +149,10 @@ def _returned(worker: Worker, held: Held, task: Task[Any, Any], result: Any) -> 
         return Outcome(held.id, held.lease_token, "succeeded", result="null")
     try:
         text = _json.dumps(
-            result, what=f"the result of task {task.name!r}", limit=worker.app.max_payload_bytes
+            result,
+            what=f"the result of task {task.name!r}",
+            limit=worker.app.max_payload_bytes,
+            max_depth=worker.app.max_json_depth,
         )
     except (TypeError, ValueError) as exc:
         return failure(held, "bad_result", exc, retry=None, with_traceback=False)
