@@ -1,0 +1,132 @@
+"""Hostile input and hostile task code, against real worker processes (DESIGN.md 13):
+notifications are hints, one undecodable run harms no other, and task code cannot stop
+the worker."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.apps import hostile
+from tests.helpers import WorkerProcess, wait_until
+
+pytestmark = pytest.mark.slow
+
+APP = "tests.apps.hostile:app"
+
+
+@pytest.fixture
+def happ(dsn: str) -> Iterator[None]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(hostile.EXECUTIONS_DDL)
+    hostile.app.configure(dsn=dsn)
+    try:
+        yield
+    finally:
+        hostile.app.close()
+
+
+@contextlib.contextmanager
+def worker(dsn: str, *args: str) -> Iterator[WorkerProcess]:
+    with WorkerProcess(dsn, APP, *args) as proc:
+        try:
+            yield proc.wait_ready()
+        finally:
+            if proc.proc.poll() is None:
+                proc.proc.kill()
+                proc.proc.wait(10)
+            with contextlib.suppress(ValueError, OSError):
+                print(f"--- worker {proc.pid} exited {proc.proc.returncode} ---\n{proc.output()}")
+
+
+@pytest.fixture
+def stranger(dsn: str) -> Iterator[str]:
+    """The DSN of a LOGIN role with no grant at all on the test database's objects."""
+    role = f"pgqueue_stranger_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        yield make_conninfo(dsn, user=role)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            dbname = conninfo_to_dict(dsn)["dbname"]
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE usename = %s AND datname = %s",
+                (role, dbname),
+            )
+            c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def executions(dsn: str, tag: str) -> list[tuple[bool, bool]]:
+    """(ended, stopped) of every execution of the runs tagged `tag`."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT ended, stopped FROM executions WHERE tag = %s ORDER BY id", (tag,)
+        ).fetchall()
+    return [(bool(a), bool(b)) for a, b in rows]
+
+
+def run_state(dsn: str, run_id: int) -> tuple[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute(
+            "SELECT state, attempt FROM pgqueue.runs WHERE id = %s", (run_id,)
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def error_kinds(dsn: str, run_id: int) -> list[tuple[str, str]]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT kind, message FROM pgqueue.run_errors WHERE run_id = %s ORDER BY attempt",
+            (run_id,),
+        ).fetchall()
+    return [(k, m) for k, m in rows]
+
+
+# -- notifications are hints ----------------------------------------------------------------
+
+
+def test_a_flood_of_forged_cancels_from_a_role_without_grants_stops_nothing(
+    happ: None, dsn: str, stranger: str
+) -> None:
+    with worker(dsn, "--lease-seconds", "3") as w:
+        h = hostile.hold.enqueue("flooded", 6.0)
+        wait_until(lambda: executions(dsn, "flooded"), message="the run to start")
+        with psycopg.connect(stranger, autocommit=True) as c:
+            # distinct payloads: a transaction's identical notifications are sent once
+            c.execute(
+                "SELECT count(pg_notify('pgqueue_cancel', g::text)) "
+                "FROM generate_series(1, 300000) g"
+            )
+            for _ in range(20):
+                c.execute("SELECT pg_notify('pgqueue_cancel', %s)", (str(h.id),))
+        wait_until(
+            lambda: run_state(dsn, h.id)[0] in ("succeeded", "failed"),
+            timeout=30,
+            message="the run to finish",
+        )
+        assert run_state(dsn, h.id) == ("succeeded", 1)
+        assert executions(dsn, "flooded") == [(True, False)]
+        assert error_kinds(dsn, h.id) == []
+        assert w.proc.poll() is None
+
+
+def test_a_real_cancel_still_stops_a_running_run_promptly(happ: None, dsn: str) -> None:
+    with worker(dsn):
+        h = hostile.hold.enqueue("canceled", 60.0)
+        wait_until(lambda: executions(dsn, "canceled"), message="the run to start")
+        t0 = time.monotonic()
+        assert hostile.app.cancel(h.id)
+        wait_until(lambda: executions(dsn, "canceled")[0][0], timeout=10, message="the stop")
+        assert time.monotonic() - t0 < 2
+        assert executions(dsn, "canceled") == [(True, True)]
+        assert run_state(dsn, h.id)[0] == "canceled"
