@@ -130,3 +130,29 @@ def test_a_real_cancel_still_stops_a_running_run_promptly(happ: None, dsn: str) 
         assert time.monotonic() - t0 < 2
         assert executions(dsn, "canceled") == [(True, True)]
         assert run_state(dsn, h.id)[0] == "canceled"
+
+
+# -- one undecodable run harms no other -----------------------------------------------------
+
+
+def test_a_run_nested_too_deep_fails_alone_and_its_claim_runs(happ: None, dsn: str) -> None:
+    handles = [hostile.good.enqueue(f"g{i}") for i in range(10)]
+    bad = handles[4]
+    deep = "[" * 5000 + "]" * 5000  # jsonb takes it; Python's decoder stops near 1,000
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("UPDATE pgqueue.runs SET args = %s::jsonb WHERE id = %s", (deep, bad.id))
+    with WorkerProcess(dsn, APP, "--burst", "--concurrency", "10") as w:
+        try:
+            code = w.wait(20)
+        finally:
+            print(w.output())
+    assert code == 0
+    assert run_state(dsn, bad.id) == ("failed", 1)
+    [(kind, message)] = error_kinds(dsn, bad.id)
+    assert kind == "invalid_arguments"
+    assert message.startswith("the run's args cannot be decoded: nested deeper than"), message
+    assert "\n" not in message
+    for i, h in enumerate(handles):
+        if h is not bad:
+            assert run_state(dsn, h.id) == ("succeeded", 1)
+            assert executions(dsn, f"g{i}") == [(True, False)]

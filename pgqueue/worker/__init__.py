@@ -37,6 +37,7 @@ from pgqueue import __version__, _sql, db, migrate, schedules
 from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.runs import TERMINAL_STATES
 from pgqueue.worker import _executor, semaphores
+from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker._executor import Held
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
@@ -427,10 +428,15 @@ class Worker:
         limited = queue in self.limited
         if not limited:
             params |= self.marks.start(queue)
+        undecodable = Undecodable.made
         async with self.pool.connection() as conn:
             rows = await semaphores.claim(conn, queue, params, limited)
         if not limited:
             self.marks.landed(queue, rows)
+        claimed = len(rows)
+        self.stats["claimed"] += claimed
+        if Undecodable.made != undecodable:  # not per run: only when a document failed
+            rows = self._refuse_undecodable(rows)
         rows.sort(key=lambda r: (r.priority, r.id))
         start = self._start_task
         assert start is not None  # set by run_async, before any claim
@@ -449,8 +455,32 @@ class Worker:
             if not task.done():  # an eager start (_task_starter) may have finished it
                 held.task = task
                 self._executing.add(task)
-        self.stats["claimed"] += len(rows)
-        return len(rows)
+        return claimed
+
+    def _refuse_undecodable(self, rows: list[Claimed]) -> list[Claimed]:
+        """Fail, at once and for good, the claimed runs whose stored arguments could not
+        be decoded (another attempt would fail the same way); the others run."""
+        kept = []
+        for row in rows:
+            args: Any = row.args  # typed as the loader gives them when it can
+            kwargs: Any = row.kwargs
+            if type(args) is Undecodable:
+                what, bad = "args", args
+            elif type(kwargs) is Undecodable:
+                what, bad = "kwargs", kwargs
+            else:
+                kept.append(row)
+                continue
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            self.transitions.started(held)
+            held.submitted = True
+            message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
+            log.error("run %s (%s): %s", row.id, row.task, message)
+            outcome = _executor.failure(
+                held, "invalid_arguments", message, retry=None, with_traceback=False
+            )
+            self.completer.post(outcome, held)
+        return kept
 
     async def _execute(self, held: Held) -> None:
         try:
@@ -654,23 +684,42 @@ _decode_json = _decoder.decode
 _scan_json = json.scanner.make_scanner(cast(Any, _decoder))  # what decode() calls
 
 
+class Undecodable:
+    """What _loads_json gives for a document it cannot decode (too deep for Python's
+    decoder, not JSON), instead of raising: psycopg decodes a claim's rows all at once,
+    after the claim committed, and one bad document must not orphan the whole batch.
+    Worker._claim fails the runs that hold one (Worker._refuse_undecodable)."""
+
+    __slots__ = ("why",)
+    made = 0  # ever made, in this process: a claim looks for them only when this moved
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        Undecodable.made += 1
+
+
 def _loads_json(data: str | bytes) -> Any:
     """json.loads for the worker's connections, with the common empty kwargs and args
     made without a parse (a claim loads two documents per run). Other documents go
     straight to the decoder's scanner, as jsonb's text has no whitespace around the
     value (0.3 us against 0.7 for JSONDecoder.decode per document, session 11); anything
-    else takes the full decode, for its error message."""
+    else takes the full decode, for its error message. Never raises: see Undecodable."""
     if data == b"{}":
         return {}
     if data == b"[]":
         return []
-    text = data if isinstance(data, str) else data.decode()
     try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:
-        end = -1
-    if end != len(text):
-        return _decode_json(text)
+        text = data if isinstance(data, str) else data.decode()
+        try:
+            value, end = _scan_json(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):
+            return _decode_json(text)
+    except RecursionError as exc:
+        return Undecodable(f"nested deeper than Python's JSON decoder can go ({exc})")
+    except ValueError as exc:
+        return Undecodable(f"not JSON ({exc})")
     return value
 
 
