@@ -5,6 +5,7 @@ the worker."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -156,3 +157,68 @@ def test_a_run_nested_too_deep_fails_alone_and_its_claim_runs(happ: None, dsn: s
         if h is not bad:
             assert run_state(dsn, h.id) == ("succeeded", 1)
             assert executions(dsn, f"g{i}") == [(True, False)]
+
+
+# -- task code cannot stop the worker --------------------------------------------------------
+
+
+def stop(w: WorkerProcess, within: float) -> None:
+    """SIGTERM: the worker drains and exits 0 (its own code, not a task's) in time."""
+    t0 = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(within + 10) == 0
+    assert time.monotonic() - t0 < within
+
+
+@pytest.mark.parametrize("what", ["exit", "interrupt", "custom"])
+def test_a_base_exception_from_task_code_fails_the_attempt_and_the_worker_goes_on(
+    happ: None, dsn: str, what: str
+) -> None:
+    with worker(dsn) as w:
+        from_async = hostile.async_raises.enqueue(f"async-{what}", what)
+        from_sync = hostile.sync_raises.enqueue(f"sync-{what}", what)  # and its on_failure
+        from_hook = hostile.hook_raises.enqueue(f"hook-{what}", what)  # on_success raises
+        for h in (from_async, from_sync):
+            wait_until(
+                lambda h=h: (
+                    run_state(dsn, h.id)[0] != "running" and run_state(dsn, h.id)[0] != "queued"
+                ),
+                timeout=10,
+                message=f"run {h.id} to end",
+            )
+            assert run_state(dsn, h.id) == ("failed", 1)
+            [(kind, message)] = error_kinds(dsn, h.id)
+            assert kind == "error"
+            name = {"exit": "SystemExit", "interrupt": "KeyboardInterrupt", "custom": "Custom"}
+            assert message.startswith(name[what]), message
+        wait_until(lambda: run_state(dsn, from_hook.id)[0] == "succeeded", timeout=10)
+        after = hostile.good.enqueue(f"after-{what}")
+        wait_until(lambda: run_state(dsn, after.id)[0] == "succeeded", timeout=10)
+        assert w.proc.poll() is None
+        stop(w, 5)
+
+
+def test_an_async_task_that_swallows_its_timeout_still_times_out(happ: None, dsn: str) -> None:
+    with worker(dsn, "--concurrency", "1") as w:
+        h = hostile.stubborn.enqueue("stubborn", 4.0)  # timeout=1, ignores its cancellation
+        wait_until(lambda: executions(dsn, "stubborn"), message="the run to start")
+        t0 = time.monotonic()
+        wait_until(lambda: run_state(dsn, h.id)[0] == "failed", timeout=10, message="a timeout")
+        assert time.monotonic() - t0 < 2.5
+        assert [kind for kind, _ in error_kinds(dsn, h.id)] == ["timeout"]
+        # Its coroutine still runs (for about 3 s more): its slot is still taken.
+        after = hostile.good.enqueue("after-stubborn")
+        time.sleep(0.5)  # not synchronisation: proving that nothing starts meanwhile
+        assert run_state(dsn, after.id)[0] == "queued"
+        wait_until(lambda: run_state(dsn, after.id)[0] == "succeeded", timeout=10)
+        assert run_state(dsn, h.id) == ("failed", 1)  # its late return changed nothing
+        assert [kind for kind, _ in error_kinds(dsn, h.id)] == ["timeout"]
+        stop(w, 5)
+
+
+def test_sigterm_ends_a_worker_whose_task_swallows_every_cancellation(happ: None, dsn: str) -> None:
+    with worker(dsn, "--grace", "1") as w:
+        h = hostile.immortal.enqueue("immortal")
+        wait_until(lambda: executions(dsn, "immortal"), message="the run to start")
+        stop(w, 1 + 5)
+        assert run_state(dsn, h.id) == ("queued", 0)  # released: it runs again elsewhere

@@ -14,6 +14,7 @@ pruner       - deletes finished runs and events past their retention
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import json.scanner
@@ -59,6 +60,7 @@ log = logging.getLogger("pgqueue.worker")
 WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
 CLAIM_BATCH_MIN = 50  # a claim is split (see Worker.claim_batch) only above this size
 CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
+LEFTOVER_WAIT = 1.0  # seconds a stopped worker waits for tasks it cancelled, at most
 
 
 def _task_starter(
@@ -163,7 +165,16 @@ class Worker:
     def run(self, burst: bool = False) -> None:
         """Block, running tasks until stop() or a signal (or, with burst, until the served
         queues hold nothing due)."""
-        asyncio.run(self.run_async(burst=burst))
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.run_async(burst=burst))
+        finally:
+            try:
+                _close_loop(loop)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
 
     def stop(self) -> None:
         """Ask the worker to drain and stop; safe from any thread or a signal handler."""
@@ -487,7 +498,8 @@ class Worker:
             self.transitions.started(held)
             outcome = await _executor.attempt(self, held)
             if outcome is None or held.lost:
-                self.transitions.finished(held, None, False)
+                if not held.submitted:  # else it timed out, and timed_out() wrote it
+                    self.transitions.finished(held, None, False)
             else:
                 held.submitted = True
                 inv = held.invocation
@@ -570,6 +582,23 @@ class Worker:
         outcome = _executor.raised(held, self.app.tasks[held.row.task], timeout)
         if outcome is not None:
             self.completer.post(outcome, held)
+
+    def timed_out(self, held: Held, outcome: Outcome) -> None:
+        """An async attempt ran past its timeout (_executor._expire): its failure is
+        written now and its hook follows; the slot stays busy until its coroutine ends,
+        however long it ignores its cancellation."""
+        if not self._hooked(held, outcome):
+            self.completer.post(outcome, held)
+            return
+        task = asyncio.ensure_future(self._write_then_hook(held, outcome))
+        self._executing.add(task)  # _drain() waits for it, as for any hook
+        task.add_done_callback(self._executing.discard)
+
+    async def _write_then_hook(self, held: Held, outcome: Outcome) -> None:
+        written = await self.completer.submit(outcome)
+        self.written(held, outcome, written)
+        if written and outcome.state in TERMINAL_STATES:
+            await _executor.run_hook(self, held, outcome)
 
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
@@ -673,6 +702,22 @@ class Worker:
         )
         assert self._stop is not None
         self._stop.set()
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio.run's ending, except that task code which swallows its cancellation
+    cannot keep a stopped worker's process alive: such a task (its run was released or
+    failed already) is left behind after LEFTOVER_WAIT seconds."""
+    pending = asyncio.all_tasks(loop)
+    for t in pending:
+        t.cancel()
+    if pending:
+        _, left = loop.run_until_complete(asyncio.wait(pending, timeout=LEFTOVER_WAIT))
+        if left:
+            log.warning("left behind %d tasks that ignore their cancellation", len(left))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    with contextlib.suppress(TimeoutError):  # a to_thread() call of task code still running
+        loop.run_until_complete(asyncio.wait_for(loop.shutdown_default_executor(), LEFTOVER_WAIT))
 
 
 def monotonic() -> float:

@@ -74,7 +74,7 @@ def _throw(what: str) -> None:
     raise Custom("a custom BaseException")
 
 
-@app.task(name="hostile.async_raises")
+@app.task(name="hostile.async_raises", max_attempts=1)
 async def async_raises(tag: str, what: str) -> None:
     _record(tag)
     _throw(what)
@@ -84,7 +84,7 @@ def _hook_raises(ctx: pgqueue.Context, value: Any) -> None:
     _throw(ctx.args[1])
 
 
-@app.task(name="hostile.sync_raises", on_failure=_hook_raises)
+@app.task(name="hostile.sync_raises", max_attempts=1, on_failure=_hook_raises)
 def sync_raises(tag: str, what: str) -> None:
     """A sync task with a hook (its attempt is awaited from the event loop)."""
     _record(tag)
