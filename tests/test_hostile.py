@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.apps import hostile
-from tests.helpers import WorkerProcess, wait_until
+from tests.helpers import WorkerProcess, scalar, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -180,9 +180,7 @@ def test_a_base_exception_from_task_code_fails_the_attempt_and_the_worker_goes_o
         from_hook = hostile.hook_raises.enqueue(f"hook-{what}", what)  # on_success raises
         for h in (from_async, from_sync):
             wait_until(
-                lambda h=h: (
-                    run_state(dsn, h.id)[0] != "running" and run_state(dsn, h.id)[0] != "queued"
-                ),
+                lambda h=h: run_state(dsn, h.id)[0] not in ("queued", "running"),
                 timeout=10,
                 message=f"run {h.id} to end",
             )
@@ -222,3 +220,31 @@ def test_sigterm_ends_a_worker_whose_task_swallows_every_cancellation(happ: None
         wait_until(lambda: executions(dsn, "immortal"), message="the run to start")
         stop(w, 1 + 5)
         assert run_state(dsn, h.id) == ("queued", 0)  # released: it runs again elsewhere
+
+
+def test_a_flood_of_config_notifications_reads_the_limits_a_few_times(
+    happ: None, dsn: str, stranger: str
+) -> None:
+    """Counted by the scans of pgqueue.queues (the limits' query reads it; so does each
+    claim), read once the worker exited: a backend's counts reach pg_stat_user_tables
+    when it ends."""
+
+    def scans() -> int:
+        return int(
+            scalar(
+                dsn,
+                "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables"
+                " WHERE schemaname = 'pgqueue' AND relname = 'queues'",
+            )
+            or 0
+        )
+
+    notes = 2_000
+    with worker(dsn, "--poll-interval", "60") as w:
+        before = scans()
+        with psycopg.connect(stranger, autocommit=True) as c:
+            for _ in range(notes):  # one transaction each: a transaction sends a note once
+                c.execute("SELECT pg_notify('pgqueue_config', 'default')")
+        time.sleep(1)  # not synchronisation: the time the worker would spend on them
+        stop(w, 10)
+    assert scans() - before < notes / 10

@@ -119,12 +119,17 @@ class Listener:
                 continue
             try:
                 still = await self._still_held(held)
-            except DB_ERRORS as exc:
-                # Look again once the database is back; the lease keeper finds out too.
+            except Exception as exc:
+                # Look again later; the lease keeper finds out meanwhile anyway.
                 failures += 1
                 self._cancels.update(h.id for h in held)
                 self._cancel_hint.set()
-                await asyncio.sleep(outage_delay("cancel check", exc, failures))
+                if isinstance(exc, DB_ERRORS):
+                    delay = outage_delay("cancel check", exc, failures)
+                else:
+                    delay = min(5.0, 0.2 * 2**failures)
+                    log.exception("cancel check failed; retrying in %.1fs", delay)
+                await asyncio.sleep(delay)
                 continue
             failures = 0
             for h in held:
@@ -145,6 +150,8 @@ class Listener:
                 await self.worker.queue_limits.refresh()
             except DB_ERRORS as exc:
                 outage_delay("queue limits", exc, 1)  # its own tick tries again
+            except Exception:
+                log.exception("queue limits: refresh failed; its own tick tries again")
             self.worker.wake()
             # Notifications that arrive meanwhile make one more refresh, after this pause.
             await asyncio.sleep(CONFIG_EVERY)
