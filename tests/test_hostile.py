@@ -121,10 +121,16 @@ def test_a_flood_of_forged_cancels_from_a_role_without_grants_stops_nothing(
         assert w.proc.poll() is None
 
 
-def test_a_real_cancel_still_stops_a_running_run_promptly(happ: None, dsn: str) -> None:
+def test_a_real_cancel_still_stops_a_running_run_promptly(
+    happ: None, dsn: str, stranger: str
+) -> None:
     with worker(dsn):
         h = hostile.hold.enqueue("canceled", 60.0)
         wait_until(lambda: executions(dsn, "canceled"), message="the run to start")
+        with psycopg.connect(stranger, autocommit=True) as c:
+            # payloads that str.isdigit() accepts and int() does not, or not quickly
+            for payload in ("\u00b2", "\u0661\u00b2", "9" * 5000):
+                c.execute("SELECT pg_notify('pgqueue_cancel', %s)", (payload,))
         t0 = time.monotonic()
         assert hostile.app.cancel(h.id)
         wait_until(lambda: executions(dsn, "canceled")[0][0], timeout=10, message="the stop")
