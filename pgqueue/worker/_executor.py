@@ -173,6 +173,8 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
         if held.lost or held.released:
             return None
         raise
+    except GeneratorExit:  # the coroutine is being closed (a task left behind at exit)
+        raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: see raised()
         return raised(held, task, exc)
     return _returned(worker, held, task, result)
@@ -305,7 +307,7 @@ async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
             await worker.threads.submit(
                 app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
             )
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, GeneratorExit):
         raise
     except BaseException:  # SystemExit, KeyboardInterrupt too: task code cannot stop us
         log.exception(
