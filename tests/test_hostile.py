@@ -144,10 +144,15 @@ def test_a_real_cancel_still_stops_a_running_run_promptly(
 
 def test_a_run_nested_too_deep_fails_alone_and_its_claim_runs(happ: None, dsn: str) -> None:
     handles = [hostile.good.enqueue(f"g{i}") for i in range(10)]
-    bad = handles[4]
+    bad, bad_kwargs = handles[4], handles[7]
     deep = "[" * 5000 + "]" * 5000  # jsonb takes it; Python's decoder stops near 1,000
+    deep_object = '{"a": ' * 5000 + "0" + "}" * 5000
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("UPDATE pgqueue.runs SET args = %s::jsonb WHERE id = %s", (deep, bad.id))
+        c.execute(
+            "UPDATE pgqueue.runs SET kwargs = %s::jsonb WHERE id = %s",
+            (deep_object, bad_kwargs.id),
+        )
     with WorkerProcess(dsn, APP, "--burst", "--concurrency", "10") as w:
         try:
             code = w.wait(20)
@@ -159,8 +164,11 @@ def test_a_run_nested_too_deep_fails_alone_and_its_claim_runs(happ: None, dsn: s
     assert kind == "invalid_arguments"
     assert message.startswith("the run's args cannot be decoded: nested deeper than"), message
     assert "\n" not in message
+    assert run_state(dsn, bad_kwargs.id) == ("failed", 1)
+    [(kind, message)] = error_kinds(dsn, bad_kwargs.id)
+    assert (kind, message[:39]) == ("invalid_arguments", "the run's kwargs cannot be decoded: nes")
     for i, h in enumerate(handles):
-        if h is not bad:
+        if h not in (bad, bad_kwargs):
             assert run_state(dsn, h.id) == ("succeeded", 1)
             assert executions(dsn, f"g{i}") == [(True, False)]
 
