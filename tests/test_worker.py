@@ -686,7 +686,11 @@ def test_the_workers_json_loader_agrees_with_json_loads(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["", "[1", "[1] x", "nope"])
 def test_the_workers_json_loader_rejects_what_json_loads_rejects(text: str) -> None:
-    from pgqueue.worker import _loads_json
+    """Without raising: psycopg decodes a whole claim at once (see Undecodable)."""
+    from pgqueue.worker import Undecodable, _loads_json
 
-    with pytest.raises(json.JSONDecodeError):
-        _loads_json(text.encode())
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    refused = _loads_json(text.encode())
+    assert isinstance(refused, Undecodable)
+    assert refused.why == f"not JSON ({expected.value})"

@@ -16,6 +16,7 @@ pruner       - deletes finished runs and events past their retention
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import json.scanner
@@ -40,6 +41,7 @@ from pgqueue.errors import PermissionDenied
 from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.runs import TERMINAL_STATES
 from pgqueue.worker import _executor, semaphores
+from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker._executor import Held
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
@@ -61,6 +63,7 @@ log = logging.getLogger("pgqueue.worker")
 WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
 CLAIM_BATCH_MIN = 50  # a claim is split (see Worker.claim_batch) only above this size
 CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
+LEFTOVER_WAIT = 1.0  # seconds a stopped worker waits for tasks it cancelled, at most
 
 
 def _task_starter(
@@ -181,7 +184,16 @@ class Worker:
     def run(self, burst: bool = False) -> None:
         """Block, running tasks until stop() or a signal (or, with burst, until the served
         queues hold nothing due)."""
-        asyncio.run(self.run_async(burst=burst))
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.run_async(burst=burst))
+        finally:
+            try:
+                _close_loop(loop)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
 
     def stop(self) -> None:
         """Ask the worker to drain and stop; safe from any thread or a signal handler."""
@@ -484,12 +496,17 @@ class Worker:
         limited = queue in self.limited
         if not limited:
             params |= self.marks.start(queue)
+        undecodable = Undecodable.made
         async with self.pool.connection() as conn:
             rows = await semaphores.claim(conn, queue, params, limited)
         if not limited:
             self.marks.landed(queue, rows)
         if rows:
             self.lease_keeper.add(rows)
+        claimed = len(rows)
+        self.stats["claimed"] += claimed
+        if Undecodable.made != undecodable:  # not per run: only when a document failed
+            rows = self._refuse_undecodable(rows)
         rows.sort(key=lambda r: (r.priority, r.id))
         start = self._start_task
         assert start is not None  # set by run_async, before any claim
@@ -508,17 +525,42 @@ class Worker:
             if not task.done():  # an eager start (_task_starter) may have finished it
                 held.task = task
                 self._executing.add(task)
-        self.stats["claimed"] += len(rows)
         if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
             self._recycle(f"{self.max_runs} runs claimed (max_runs)")
-        return len(rows)
+        return claimed
+
+    def _refuse_undecodable(self, rows: list[Claimed]) -> list[Claimed]:
+        """Fail, at once and for good, the claimed runs whose stored arguments could not
+        be decoded (another attempt would fail the same way); the others run."""
+        kept = []
+        for row in rows:
+            args: Any = row.args  # typed as the loader gives them when it can
+            kwargs: Any = row.kwargs
+            if type(args) is Undecodable:
+                what, bad = "args", args
+            elif type(kwargs) is Undecodable:
+                what, bad = "kwargs", kwargs
+            else:
+                kept.append(row)
+                continue
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            self.transitions.started(held)
+            held.submitted = True
+            message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
+            log.error("run %s (%s): %s", row.id, row.task, message)
+            outcome = _executor.failure(
+                held, "invalid_arguments", message, retry=None, with_traceback=False
+            )
+            self.completer.post(outcome, held)
+        return kept
 
     async def _execute(self, held: Held) -> None:
         try:
             self.transitions.started(held)
             outcome = await _executor.attempt(self, held)
             if outcome is None or held.lost:
-                self.transitions.finished(held, None, False)
+                if not held.submitted:  # else it timed out, and timed_out() wrote it
+                    self.transitions.finished(held, None, False)
             else:
                 held.submitted = True
                 inv = held.invocation
@@ -701,6 +743,23 @@ class Worker:
             log.info("%s: draining to exit (recycling)", why)
             self._stop.set()
 
+    def timed_out(self, held: Held, outcome: Outcome) -> None:
+        """An async attempt ran past its timeout (_executor._expire): its failure is
+        written now and its hook follows; the slot stays busy until its coroutine ends,
+        however long it ignores its cancellation."""
+        if not self._hooked(held, outcome):
+            self.completer.post(outcome, held)
+            return
+        task = asyncio.ensure_future(self._write_then_hook(held, outcome))
+        self._executing.add(task)  # _drain() waits for it, as for any hook
+        task.add_done_callback(self._executing.discard)
+
+    async def _write_then_hook(self, held: Held, outcome: Outcome) -> None:
+        written = await self.completer.submit(outcome)
+        self.written(held, outcome, written)
+        if written and outcome.state in TERMINAL_STATES:
+            await _executor.run_hook(self, held, outcome)
+
     def _hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task may follow this outcome's write."""
         if outcome.state not in TERMINAL_STATES:
@@ -819,6 +878,22 @@ def rss_mb() -> float:
         return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio.run's ending, except that task code which swallows its cancellation
+    cannot keep a stopped worker's process alive: such a task (its run was released or
+    failed already) is left behind after LEFTOVER_WAIT seconds."""
+    pending = asyncio.all_tasks(loop)
+    for t in pending:
+        t.cancel()
+    if pending:
+        _, left = loop.run_until_complete(asyncio.wait(pending, timeout=LEFTOVER_WAIT))
+        if left:
+            log.warning("left behind %d tasks that ignore their cancellation", len(left))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    with contextlib.suppress(TimeoutError):  # a to_thread() call of task code still running
+        loop.run_until_complete(asyncio.wait_for(loop.shutdown_default_executor(), LEFTOVER_WAIT))
+
+
 def monotonic() -> float:
     return time.monotonic()
 
@@ -828,23 +903,42 @@ _decode_json = _decoder.decode
 _scan_json = json.scanner.make_scanner(cast(Any, _decoder))  # what decode() calls
 
 
+class Undecodable:
+    """What _loads_json gives for a document it cannot decode (too deep for Python's
+    decoder, not JSON), instead of raising: psycopg decodes a claim's rows all at once,
+    after the claim committed, and one bad document must not orphan the whole batch.
+    Worker._claim fails the runs that hold one (Worker._refuse_undecodable)."""
+
+    __slots__ = ("why",)
+    made = 0  # ever made, in this process: a claim looks for them only when this moved
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        Undecodable.made += 1
+
+
 def _loads_json(data: str | bytes) -> Any:
     """json.loads for the worker's connections, with the common empty kwargs and args
     made without a parse (a claim loads two documents per run). Other documents go
     straight to the decoder's scanner, as jsonb's text has no whitespace around the
     value (0.3 us against 0.7 for JSONDecoder.decode per document, session 11); anything
-    else takes the full decode, for its error message."""
+    else takes the full decode, for its error message. Never raises: see Undecodable."""
     if data == b"{}":
         return {}
     if data == b"[]":
         return []
-    text = data if isinstance(data, str) else data.decode()
     try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:
-        end = -1
-    if end != len(text):
-        return _decode_json(text)
+        text = data if isinstance(data, str) else data.decode()
+        try:
+            value, end = _scan_json(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):
+            return _decode_json(text)
+    except RecursionError as exc:
+        return Undecodable(f"nested deeper than Python's JSON decoder can go ({exc})")
+    except ValueError as exc:
+        return Undecodable(f"not JSON ({exc})")
     return value
 
 

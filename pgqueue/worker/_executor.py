@@ -43,7 +43,9 @@ class Held:
     # the worker's asyncio task for this attempt, while it awaits an async task's code
     awaiting: asyncio.Task[Any] | None = field(default=None, repr=False)
     submitted: bool = False  # its outcome went to the completer: stop renewing
-    lost: bool = False  # lease lost or run canceled: write nothing
+    # write nothing (more): lease lost, run canceled, or (with submitted) the attempt's
+    # timeout failure already went to the completer while its code still runs
+    lost: bool = False
     released: bool = False  # handed back at shutdown
     # an attempt run wholly in a thread (attempt_in_thread): its timeout, on the loop
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
@@ -104,13 +106,11 @@ def _check(worker: Worker, held: Held, task: Task[Any, Any] | None) -> Outcome |
     return None
 
 
-# What a task's call may raise that raised() turns into an outcome: Suspend and LeaseLost
-# are BaseExceptions (a task's own `except Exception` must not swallow them).
-RAISED = (Exception, Suspend, LeaseLost)
-
-
 def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | None:
-    """The outcome of an attempt whose task raised `exc` (None: write nothing)."""
+    """The outcome of an attempt whose task raised `exc` (None: write nothing). Any
+    BaseException: Suspend and LeaseLost are ours (a task's own `except Exception` must
+    not swallow them); SystemExit, KeyboardInterrupt or another one from task code fails
+    the attempt (kind `error`) and never reaches the worker."""
     if isinstance(exc, Suspend):
         return Outcome(
             held.id,
@@ -169,14 +169,16 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
             args = task.run_ctx_args(held.ctx, held.row.args)
             coro = task.fn(*args, **held.row.kwargs)
-            result = await _await_async(held, coro, held.row.timeout_seconds)
+            result = await _await_async(worker, held, coro, held.row.timeout_seconds)
         else:
             result = await _invoke_in_thread(worker, held, task)
     except asyncio.CancelledError:
         if held.lost or held.released:
             return None
         raise
-    except RAISED as exc:
+    except GeneratorExit:  # the coroutine is being closed (a task left behind at exit)
+        raise
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: see raised()
         return raised(held, task, exc)
     return _returned(worker, held, task, result)
 
@@ -244,30 +246,47 @@ def timeout_message(timeout: float) -> str:
     return f"attempt exceeded the task's timeout of {timeout:g}s"
 
 
-async def _await_async(held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+async def _await_async(
+    worker: Worker, held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None
+) -> Any:
     """Await an async task's coroutine in the attempt's own asyncio task (no task of its
     own: one less per run, and a coroutine that does not suspend finishes at once).
     Held.stop() cancels the attempt's task while `held.awaiting` is set, i.e. only while
-    the task's code runs; attempt() then writes nothing (the run is lost or released)."""
+    the task's code runs; attempt() then writes nothing (the run is lost or released, or
+    its timeout's failure was handed in by _expire)."""
     # the attempt's own task (Worker._execute), known without asking the loop
     current = held.task if held.task is not None else asyncio.current_task()
     held.awaiting = current
+    # Not asyncio.timeout: a coroutine that swallows the CancelledError would then never
+    # have its timeout recorded. The timer writes the failure whatever the code does.
+    timer = None
+    if timeout is not None:
+        timer = asyncio.get_running_loop().call_later(timeout, _expire, worker, held, timeout)
     try:
-        if timeout is None:
-            return await coro
-        try:
-            async with asyncio.timeout(timeout) as deadline:
-                return await coro
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the task itself raised TimeoutError (a socket timeout, say)
-            raise AttemptTimeout(timeout_message(timeout)) from None
+        return await coro
     except asyncio.CancelledError:
         if (held.lost or held.released) and current is not None:
             current.uncancel()  # our own stop(), handled by attempt(): not the task's end
         raise
     finally:
         held.awaiting = None
+        if timer is not None:
+            timer.cancel()
+
+
+def _expire(worker: Worker, held: Held, timeout: float) -> None:
+    """On the loop: an async attempt ran past its task's timeout. Its failure goes to the
+    completer now, whether or not the coroutine lets itself be cancelled; its slot stays
+    busy until the coroutine ends (Worker._execute frees it)."""
+    task = worker.app.tasks.get(held.row.task)
+    if held.submitted or held.lost or held.released or task is None:
+        return
+    exc = AttemptTimeout(timeout_message(timeout))
+    outcome = failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
+    held.submitted = True
+    held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
+    held.stop()
+    worker.timed_out(held, outcome)
 
 
 async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
@@ -291,7 +310,9 @@ async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
             await worker.threads.submit(
                 app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
             )
-    except Exception:
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except BaseException:  # SystemExit, KeyboardInterrupt too: task code cannot stop us
         log.exception(
             "run %s: %s hook of task %s raised (the run's outcome stands)",
             held.id,

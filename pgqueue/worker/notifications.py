@@ -1,7 +1,14 @@
-"""Wake-ups: a dedicated connection LISTENs for new queued runs and for cancels.
+"""Wake-ups: a dedicated connection LISTENs for new queued runs, cancels and queue config.
 
 NOTIFY is an accelerator, never the source of truth: after every (re)connect the worker
-polls, and it polls every poll_interval anyway.
+polls, and it polls every poll_interval anyway. Any role that can connect can NOTIFY on
+any channel, so a notification is only ever a hint to look at the database, and a burst
+of them costs one look, not one per notification:
+
+pgqueue_queued  wakes the claim loop (an event: a thousand wake-ups are one claim)
+pgqueue_cancel  the runs named are checked in one statement (sql/leases_held.sql) and
+                only those no longer leased to this worker are stopped
+pgqueue_config  the queues' limits are read again, at most once per CONFIG_EVERY
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from pgqueue import _sql
 from pgqueue.worker._service import DB_ERRORS, outage_delay
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
+    from pgqueue.worker._executor import Held
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -23,13 +32,38 @@ QUEUED = "pgqueue_queued"
 CANCEL = "pgqueue_cancel"
 CONFIG = "pgqueue_config"
 
+# How long the cancel checker waits after a first cancel before it looks: the rest of a
+# burst (pgqueue.cancel of a tree notifies once per run) lands in the same look.
+CANCEL_GATHER = 0.02
+# Run ids remembered between two looks, at most: past it (a flood of made-up ids) the next
+# look checks every run this worker holds instead, which costs the same one statement.
+CANCEL_PENDING_MAX = 1024
+CONFIG_EVERY = 0.5  # seconds between two refreshes of the queues' limits on NOTIFY, at least
+RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
+
 
 class Listener:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.connected = asyncio.Event()
+        self._cancels: set[int] = set()
+        self._check_all = False
+        self._cancel_hint = asyncio.Event()
+        self._config_hint = asyncio.Event()
 
     async def run(self) -> None:
+        checks = [
+            asyncio.create_task(self._check_cancels()),
+            asyncio.create_task(self._refresh_config()),
+        ]
+        try:
+            await self._listen()
+        finally:
+            for t in checks:
+                t.cancel()
+            await asyncio.gather(*checks, return_exceptions=True)
+
+    async def _listen(self) -> None:
         failures = 0
         served = set(self.worker.queues)
         while True:
@@ -46,12 +80,10 @@ class Listener:
                         if note.channel == QUEUED:
                             if note.payload in served:
                                 self.worker.wake()
-                        elif note.channel == CANCEL and note.payload.isdigit():
-                            self.worker.lose(int(note.payload), "it was canceled")
+                        elif note.channel == CANCEL:
+                            self.cancel_hint(note.payload)
                         elif note.channel == CONFIG and note.payload in served:
-                            # a limit changed or the queue was paused/resumed
-                            await self.worker.queue_limits.refresh()
-                            self.worker.wake()
+                            self._config_hint.set()
             except asyncio.CancelledError:
                 raise
             except DB_ERRORS as exc:
@@ -59,3 +91,67 @@ class Listener:
                 failures += 1
                 delay = outage_delay("listener", exc, failures)
                 await asyncio.sleep(delay)
+
+    def cancel_hint(self, payload: str) -> None:
+        """A pgqueue_cancel payload: remember the run id for the next look."""
+        if not (payload.isascii() and payload.isdigit() and len(payload) <= RUN_ID_DIGITS):
+            return  # not a run id (int() would take "²" or "1_0", and fail on some)
+        if len(self._cancels) < CANCEL_PENDING_MAX:
+            self._cancels.add(int(payload))
+        else:
+            self._check_all = True
+        self._cancel_hint.set()
+
+    async def _check_cancels(self) -> None:
+        failures = 0
+        while True:
+            await self._cancel_hint.wait()
+            await asyncio.sleep(CANCEL_GATHER)
+            self._cancel_hint.clear()
+            ids, self._cancels = self._cancels, set()
+            everything, self._check_all = self._check_all, False
+            held = [
+                h
+                for h in self.worker.held
+                if not h.submitted and not h.lost and (everything or h.id in ids)
+            ]
+            if not held:
+                continue
+            try:
+                still = await self._still_held(held)
+            except Exception as exc:
+                # Look again later; the lease keeper finds out meanwhile anyway.
+                failures += 1
+                self._cancels.update(h.id for h in held)
+                self._cancel_hint.set()
+                if isinstance(exc, DB_ERRORS):
+                    delay = outage_delay("cancel check", exc, failures)
+                else:
+                    delay = min(5.0, 0.2 * 2**failures)
+                    log.exception("cancel check failed; retrying in %.1fs", delay)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            for h in held:
+                if h.id not in still:
+                    self.worker.lose(h.id, "it was canceled (or its lease was taken)")
+
+    async def _still_held(self, held: list[Held]) -> set[int]:
+        params = {"id": [h.id for h in held], "lease_token": [h.lease_token for h in held]}
+        async with self.worker.pool.connection() as conn:
+            cur = await conn.execute(_sql.query("leases_held"), params)
+            return {row[0] for row in await cur.fetchall()}
+
+    async def _refresh_config(self) -> None:
+        while True:
+            await self._config_hint.wait()
+            self._config_hint.clear()
+            try:  # a limit changed or the queue was paused/resumed
+                await self.worker.queue_limits.refresh()
+            except DB_ERRORS as exc:
+                outage_delay("queue limits", exc, 1)  # its own tick tries again
+            except Exception:
+                log.exception("queue limits: refresh failed; its own tick tries again")
+            self.worker.wake()
+            # Notifications that arrive meanwhile make one more refresh, after this pause.
+            await asyncio.sleep(CONFIG_EVERY)
