@@ -267,7 +267,7 @@ class App(AsyncApp):
                 # being opened grows the pool by one, and psycopg_pool hands out its
                 # connections in turn, so a caller enqueueing one run at a time would
                 # then alternate between two backends for good, about 80 us slower per
-                # call (bench/RESULTS.md, session 11).
+                # call (bench/RESULTS.md).
                 pool.open(wait=True, timeout=db.POOL_TIMEOUT)  # closes itself on timeout
                 self._pool, self._pool_pid = pool, os.getpid()
             return self._pool

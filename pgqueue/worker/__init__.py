@@ -73,7 +73,7 @@ def _task_starter(
     eagerly: its first step runs at once, inside the task (asyncio.current_task() is the
     task itself, as it is for any task), and an attempt that finishes without suspending
     never goes through the loop's ready queue: about 2 us of worker CPU less per run
-    (bench/RESULTS.md, session 9). On 3.11 there is no correct way to do that (a task
+    (bench/RESULTS.md). On 3.11 there is no correct way to do that (a task
     cannot be created without being scheduled), so it is the loop's own create_task
     (asyncio.create_task would look the loop up and name the task, per run)."""
     if sys.version_info >= (3, 12):
@@ -127,7 +127,7 @@ class Worker:
         # round trip and the worker's Python overlap instead of alternating. A small one
         # claims all its free slots at once: a claim of 5 costs nearly what a claim of 50
         # does, so halving it loses more than the overlap gains. Measured in
-        # bench/RESULTS.md ("Worker per-run cost").
+        # bench/RESULTS.md ("Decisions the measurements settled").
         self.claim_batch = max(min(concurrency, CLAIM_BATCH_MIN), -(-concurrency // 2))
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
@@ -921,7 +921,7 @@ def _loads_json(data: str | bytes) -> Any:
     """json.loads for the worker's connections, with the common empty kwargs and args
     made without a parse (a claim loads two documents per run). Other documents go
     straight to the decoder's scanner, as jsonb's text has no whitespace around the
-    value (0.3 us against 0.7 for JSONDecoder.decode per document, session 11); anything
+    value (0.3 us against 0.7 for JSONDecoder.decode per document); anything
     else takes the full decode, for its error message. Never raises: see Undecodable."""
     if data == b"{}":
         return {}
