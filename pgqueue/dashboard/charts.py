@@ -29,7 +29,7 @@ def overview(rows: Sequence[dict[str, Any]], now: datetime) -> dict[str, Markup]
     def slot(at: datetime) -> int:
         return int((at - start).total_seconds() // 60)
 
-    per_queue: dict[str, list[float]] = {}
+    per_queue: dict[str, list[float | None]] = {}
     failed = [0.0] * MINUTES
     pickup_sum = [0.0] * MINUTES
     pickup_n = [0] * MINUTES
@@ -38,13 +38,16 @@ def overview(rows: Sequence[dict[str, Any]], now: datetime) -> dict[str, Markup]
         if not 0 <= i < MINUTES:
             continue
         done = r["succeeded"] + r["failed"] + r["canceled"]
-        per_queue.setdefault(r["queue"], [0.0] * MINUTES)[i] += done
+        counts = per_queue.setdefault(r["queue"], [0.0] * MINUTES)
+        counts[i] = (counts[i] or 0.0) + done
         failed[i] += r["failed"]
         if r["pickup_seconds"] is not None:
             pickup_sum[i] += r["pickup_seconds"] * done
             pickup_n[i] += done
-    pickup = [pickup_sum[i] / pickup_n[i] if pickup_n[i] else 0.0 for i in range(MINUTES)]
-    busiest = sorted(per_queue, key=lambda q: -sum(per_queue[q]))[: len(PALETTE)]
+    # a minute in which nothing finished has no latency: a gap, not a zero
+    pickup = [pickup_sum[i] / pickup_n[i] if pickup_n[i] else None for i in range(MINUTES)]
+    busiest = sorted(per_queue, key=lambda q: -sum(v or 0 for v in per_queue[q]))
+    busiest = busiest[: len(PALETTE)]
     return {
         "throughput": lines(
             [(q, per_queue[q]) for q in sorted(busiest)], "runs finished per minute", start
@@ -74,8 +77,9 @@ def _frame(title: str, top: float, start: datetime) -> list[str]:
     for minutes_ago in (60, 45, 30, 15, 0):
         x = LEFT + plot_w * (MINUTES - 1 - min(minutes_ago, MINUTES - 1)) / (MINUTES - 1)
         label = "now" if minutes_ago == 0 else f"-{minutes_ago}m"
+        anchor = "end" if minutes_ago == 0 else "start" if minutes_ago == 60 else "middle"
         out.append(
-            f'<text x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="middle" class="axis">{label}</text>'
+            f'<text x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" class="axis">{label}</text>'
         )
     return out
 
@@ -98,24 +102,32 @@ def _top(values: Sequence[float]) -> float:
 
 
 def lines(
-    series: Sequence[tuple[str, Sequence[float]]],
+    series: Sequence[tuple[str, Sequence[float | None]]],
     title: str,
     start: datetime,
     legend: bool = True,
 ) -> Markup:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    top = _top([v for _, values in series for v in values])
+    top = _top([v for _, values in series for v in values if v is not None])
     out = _frame(title, top, start)
     for n, (name, values) in enumerate(series):
         colour = PALETTE[n % len(PALETTE)]
-        points = " ".join(
-            f"{LEFT + plot_w * i / (MINUTES - 1):.1f},{TOP + plot_h * (1 - v / top):.1f}"
-            for i, v in enumerate(values)
-        )
-        out.append(
-            f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8">'
-            f"<title>{escape(name)}</title></polyline>"
-        )
+        runs: list[list[str]] = [[]]
+        for i, v in enumerate(values):
+            if v is None:
+                runs.append([])
+                continue
+            x, y = LEFT + plot_w * i / (MINUTES - 1), TOP + plot_h * (1 - v / top)
+            runs[-1].append(f"{x:.1f},{y:.1f}")
+        for points in runs:
+            if len(points) == 1:
+                x, y = points[0].split(",")
+                out.append(f'<circle cx="{x}" cy="{y}" r="1.8" fill="{colour}"/>')
+            elif points:
+                out.append(
+                    f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
+                    f'stroke-width="1.8"><title>{escape(name)}</title></polyline>'
+                )
     out.append("</svg>")
     svg = "".join(out)
     if legend and series:
@@ -149,7 +161,7 @@ def bars(values: Sequence[float], title: str, start: datetime) -> Markup:
 
 def timeline(steps: Sequence[dict[str, Any]]) -> Markup | None:
     """A workflow's steps as bars on one time axis, from the first step's start."""
-    timed = [s for s in steps if s["started_at"] is not None]
+    timed = sorted((s for s in steps if s["started_at"] is not None), key=lambda s: s["started_at"])
     if not timed:
         return None
     t0 = min(s["started_at"] for s in timed)

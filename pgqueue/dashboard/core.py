@@ -555,6 +555,10 @@ def clock(at: datetime | None) -> str:
 
 
 def pretty(value: Any) -> str:
+    """JSON on one line when it is short, indented when it is not."""
+    text = json.dumps(value, default=json_default, ensure_ascii=False)
+    if len(text) <= 80:
+        return text
     return json.dumps(value, indent=2, default=json_default, ensure_ascii=False)
 
 
