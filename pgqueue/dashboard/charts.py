@@ -121,8 +121,8 @@ def lines(
             runs[-1].append(f"{x:.1f},{y:.1f}")
         for points in runs:
             if len(points) == 1:
-                x, y = points[0].split(",")
-                out.append(f'<circle cx="{x}" cy="{y}" r="1.8" fill="{colour}"/>')
+                cx, cy = points[0].split(",")
+                out.append(f'<circle cx="{cx}" cy="{cy}" r="1.8" fill="{colour}"/>')
             elif points:
                 out.append(
                     f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
