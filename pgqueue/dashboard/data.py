@@ -211,16 +211,17 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
 def get_queue(conn: psycopg.Connection[Any], name: str, limit: int = 100) -> dict[str, Any]:
     """One queue's figures, its groups (who holds the permits) and its live workers."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        queues = cur.execute(_sql.query("dashboard_queues")).fetchall()
+        queue = cur.execute(_sql.query("dashboard_queue"), {"queue": name}).fetchone()
+        assert queue is not None
         groups = cur.execute(
             _sql.query("dashboard_groups"), {"queue": name, "limit": limit}
         ).fetchall()
         workers = cur.execute(_sql.query("workers_live")).fetchall()
-    found = [q for q in queues if q["queue"] == name]
-    if not found:
-        raise NotFound(f"no queue named {name!r} (a queue exists once it has runs or settings)")
-    queue = found[0]
-    queue.pop("now", None)
+    live = ("configured", "scheduled", "queued", "running", "waiting", "finished_last_hour")
+    if not any(queue[k] for k in live):
+        raise NotFound(
+            f"queue {name!r} has no settings, no live runs and no run finished in the last hour"
+        )
     return {
         **queue,
         # Rate limits are not part of this schema yet: the field is kept so that clients
