@@ -1,5 +1,5 @@
--- A page of runs, newest (largest id) first, for runs in {states} (psycopg.sql literals
--- from a fixed list, so that the planner sees which partial index applies). At most
+-- A page of runs of every state ({states}: psycopg.sql literals, as in the other
+-- dashboard_runs_* files), newest (largest id) first, along the primary key. At most
 -- %(scan)s runs are read after the cursor; the filters apply to those, so a page costs
 -- the same however rare its matches are. The first row also says where the scan ended:
 -- the next page starts there when fewer than %(limit)s runs matched.

@@ -74,7 +74,7 @@ def _literals(states: tuple[str, ...]) -> sql.Composable:
     return sql.SQL(", ").join(sql.Literal(s) for s in states)
 
 
-def _states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
+def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     """sql/<name>.sql with its {state lists} filled in as literals: a partial index
     applies only when the planner sees the state, which a parameter would hide from a
     generic plan."""
@@ -87,8 +87,10 @@ def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
     pages by finish time (finished states) rather than by id."""
     if state in FINISHED_STATES:
         window = ("failed",) if state == "failed" else FINISHED_STATES
-        return _states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
-    return _states_query("dashboard_runs_by_id", states=(state,) if state else STATES), False
+        return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+    if state is not None:
+        return states_query("dashboard_runs_live", states=(state,)), False
+    return states_query("dashboard_runs_by_id", states=STATES), False
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -147,7 +149,7 @@ def make_cursor(at: datetime | None, run_id: int) -> str:
 def parse_cursor(cursor: str | None, by_finish: bool) -> tuple[datetime | None, int]:
     """(finished_at, id) to page after; the start is after everything."""
     if not cursor:
-        return _END, 2**63 - 1
+        return END, 2**63 - 1
     try:
         if by_finish:
             at, _, run_id = cursor.rpartition("~")
@@ -157,7 +159,7 @@ def parse_cursor(cursor: str | None, by_finish: bool) -> tuple[datetime | None, 
         raise BadRequest(f"invalid cursor {cursor[:40]!r}: use the `next` of a page") from None
 
 
-_END = datetime.fromisoformat("9999-12-31T23:59:59+00:00")
+END = datetime.fromisoformat("9999-12-31T23:59:59+00:00")
 
 
 def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str]]:
@@ -260,7 +262,7 @@ def list_schedules(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 def count_matching(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
     """How many runs a bulk `action` with this filter would act on."""
-    query = _states_query("dashboard_bulk_count", states=bulk_states(action, filt))
+    query = states_query("dashboard_bulk_count", states=bulk_states(action, filt))
     row = conn.execute(query, filt.params()).fetchone()
     return int(row[0]) if row else 0
 
@@ -288,7 +290,7 @@ def bulk(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
     if filt.q is not None:
         raise BadRequest("a bulk action takes state, queue, task and group filters, not q")
     name = "dashboard_bulk_cancel" if action == "cancel" else "dashboard_bulk_retry"
-    query = _states_query(name, states=bulk_states(action, filt))
+    query = states_query(name, states=bulk_states(action, filt))
     params = filt.params()
     with conn.transaction():
         row = conn.execute(query, params).fetchone()
