@@ -4,6 +4,7 @@ Starlette's test client."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -441,3 +442,24 @@ def test_why_waiting_for_an_event_or_a_child(
     detail = web.get(f"/api/runs/{parent}").json()
     assert detail["waits_for"] == {"child": child, "deadline": None}
     assert re.search(rf'href="/runs/{child}"', web.get(f"/runs/{parent}").text)
+
+
+def test_a_read_only_dashboard_needs_only_select(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """docs/dashboard.md: USAGE on the schema and SELECT on its tables are enough."""
+    from psycopg.conninfo import make_conninfo
+
+    role = f"pgqueue_dash_ro_{os.getpid()}"
+    run_id = enqueue(conn, queue="mail", state="failed", finished_at="now")
+    conn.execute(f"DROP ROLE IF EXISTS {role}")
+    conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        conn.execute(f"GRANT USAGE ON SCHEMA pgqueue TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO {role}")
+        with client(make_conninfo(dsn, user=role, password=None), read_only=True) as c:
+            pages = ["/", "/runs", f"/runs/{run_id}", "/queues/mail", "/workers", "/schedules"]
+            for path in pages:
+                assert c.get(path).status_code == 200, path
+            assert c.get("/api/runs", params={"state": "failed"}).json()["runs"][0]["id"] == run_id
+    finally:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
