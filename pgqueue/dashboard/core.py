@@ -16,6 +16,7 @@ set), and, when the browser sends an Origin, an Origin equal to the dashboard's 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -75,7 +76,6 @@ class Access:
 
     view: bool
     act: bool
-    login_url: str | None = None
 
 
 class Problem(Exception):
@@ -154,11 +154,9 @@ class Dashboard:
                 return self.login(req)
             access = self.token_access(req)
         if not access.view:
-            if access.login_url and req.wants_html:
-                return redirect(access.login_url)
-            if access.login_url is None and req.wants_html and req.method == "GET":
+            if req.wants_html and req.method == "GET":
                 return self.page(req, "login.html", {"error": None}, status=401)
-            raise Problem(401 if access.login_url is None else 403, "authentication required")
+            raise Problem(401, "authentication required: send Authorization: Bearer <token>")
         for method, pattern, fn in ROUTES:
             m = pattern.match(req.path)
             if m is None:
@@ -284,7 +282,8 @@ class Dashboard:
             return redirect(back)
         return json_response(result)
 
-    def db(self) -> Any:
+    def db(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection from the App's pool (autocommit)."""
         return self.app.connection()
 
 
