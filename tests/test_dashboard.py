@@ -148,6 +148,8 @@ def test_every_page_and_endpoint_answers(web: TestClient, conn: psycopg.Connecti
     assert web.get("/api/runs?cursor=zzz").status_code == 400
     assert web.get("/static/dashboard.js").headers["content-type"].startswith("text/javascript")
     assert web.get("/static/../core.py").status_code == 404
+    assert web.get("/nowhere").status_code == 404
+    assert web.post("/api/queues", headers=csrf(web)).status_code == 405
 
 
 def test_runs_are_filtered_and_paged_by_keyset(
@@ -463,3 +465,21 @@ def test_a_read_only_dashboard_needs_only_select(dsn: str, conn: psycopg.Connect
     finally:
         conn.execute(f"DROP OWNED BY {role}")
         conn.execute(f"DROP ROLE {role}")
+
+
+def test_the_wheel_carries_the_templates_and_static_files(tmp_path: Any) -> None:
+    """No asset is fetched at run time: every template, stylesheet and script ships."""
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("pgqueue-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    source = ROOT / "pgqueue" / "dashboard"
+    assets = [p for d in ("templates", "static") for p in (source / d).iterdir()]
+    assert assets
+    for path in assets:
+        assert f"pgqueue/dashboard/{path.parent.name}/{path.name}" in shipped, path.name
+    assert {f"pgqueue/sql/{p.name}" for p in (ROOT / "sql").glob("dashboard_*.sql")} <= shipped

@@ -239,6 +239,7 @@ def test_the_dashboard_in_a_browser(
     shot(browser, "queue")
     browser.get(server + "/runs?state=queued&queue=crawl")
     assert "group tenant-1 at its limit" in browser.find_element(By.ID, "runs").text
+    shot(browser, "why")
 
     # Cancel a queued run, and see the database change.
     queued = scalar(dsn, "SELECT min(id) FROM pgqueue.runs WHERE state = 'queued'")
