@@ -483,3 +483,26 @@ def test_the_wheel_carries_the_templates_and_static_files(tmp_path: Any) -> None
     for path in assets:
         assert f"pgqueue/dashboard/{path.parent.name}/{path.name}" in shipped, path.name
     assert {f"pgqueue/sql/{p.name}" for p in (ROOT / "sql").glob("dashboard_*.sql")} <= shipped
+
+
+def test_names_from_the_database_are_escaped(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """Task, queue and group names, arguments and errors are data, never markup."""
+    evil = "<script>alert(1)</script>"
+    run_id = enqueue(
+        conn,
+        evil,
+        queue=evil,
+        group_key=evil,
+        state="failed",
+        finished_at="now",
+        error=evil,
+        args=f'["{evil}"]',
+    )
+    pages = ["/", "/parts/overview", "/runs", f"/runs/{run_id}", "/runs?state=failed"]
+    for page in pages:
+        body = web.get(page).text
+        assert evil not in body, page
+        assert "&lt;script&gt;" in body, page
+    assert web.get("/api/queues/" + evil.replace("/", "%2F")).status_code == 200

@@ -23,7 +23,9 @@ def make_app(dashboard: Dashboard) -> Starlette:
             if len(body) > MAX_BODY:
                 return StarletteResponse(b'{"error":"request body too large"}', 413)
         root = request.scope.get("root_path", "").rstrip("/")
-        path = request.scope["path"]
+        # still percent-encoded, so that a name holding "/" (%2F) stays one path segment
+        raw = request.scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else request.scope["path"]
         if root and path.startswith(root):
             path = path[len(root) :]
         req = Request(
