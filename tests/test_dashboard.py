@@ -384,6 +384,18 @@ def test_why_scheduled_paused_and_no_worker(web: TestClient, conn: psycopg.Conne
     assert why(web, later)[0] == "scheduled until 2999-01-01 14:02 UTC"
     assert why(web, later)[1] == "no live worker serves queue mail"
 
+    backoff = enqueue(
+        conn,
+        queue="mail",
+        state="scheduled",
+        run_at="2999-01-01 14:02:00+00",
+        attempt=2,
+        error="TimeoutError",
+    )
+    assert why(web, backoff)[0].endswith("(retrying after attempt 2 failed)")
+    due = enqueue(conn, queue="mail", state="scheduled", run_at="2000-01-01 00:00:00+00")
+    assert why(web, due)[0] == "due since 2000-01-01 00:00 UTC: a worker's stager queues it"
+
     live_worker(conn, ["mail"])
     queued = enqueue(conn, queue="mail")
     assert why(web, queued) == ["next in line: a worker claims it at its next claim"]
@@ -506,3 +518,11 @@ def test_names_from_the_database_are_escaped(
         assert evil not in body, page
         assert "&lt;script&gt;" in body, page
     assert web.get("/api/queues/" + evil.replace("/", "%2F")).status_code == 200
+
+
+def test_a_database_without_the_schema_answers_503(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DROP SCHEMA pgqueue CASCADE")
+    with client(dsn) as c:
+        r = c.get("/api/queues")
+        assert r.status_code == 503 and "pgqueue migrate" in r.json()["error"]
+        assert c.get("/").status_code == 503

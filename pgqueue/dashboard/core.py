@@ -37,7 +37,7 @@ import psycopg
 from pgqueue import db
 from pgqueue.app import App
 from pgqueue.dashboard import charts, data
-from pgqueue.errors import RunNotFound, UserError
+from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
 from pgqueue.runs import STATES
 
 CSRF_COOKIE = "pgqueue_csrf"
@@ -141,6 +141,8 @@ class Dashboard:
             return self.problem(req, exc.status, exc.message)
         except (RunNotFound, data.NotFound) as exc:
             return self.problem(req, 404, str(exc))
+        except (ConfigError, NotMigrated) as exc:  # no database, or not one of ours
+            return self.problem(req, 503, db.first_line(exc))
         except UserError as exc:
             return self.problem(req, 400, db.first_line(exc))
         except psycopg.Error as exc:
