@@ -1,19 +1,9 @@
--- One queue's figures for its dashboard page, as pgqueue.queue_stats defines them but
--- for this queue alone: each count reads the partial index of its state from the
--- queue's first entry, so the other queues' runs are never read.
+-- One queue's settings and recent figures for its dashboard page (its live counts come
+-- with its groups: dashboard_groups.sql): what finished in the last hour
+-- (runs_finished_idx by time) and the live workers that serve it.
 SELECT %(queue)s::text AS queue,
        coalesce(q.paused, false) AS paused, q.concurrency, q.group_concurrency,
        q.name IS NOT NULL AS configured,
-       (SELECT count(*) FROM pgqueue.runs
-         WHERE state = 'scheduled' AND queue = %(queue)s) AS scheduled,
-       (SELECT count(*) FROM pgqueue.runs
-         WHERE state = 'queued' AND queue = %(queue)s) AS queued,
-       (SELECT count(*) FROM pgqueue.runs
-         WHERE state = 'running' AND queue = %(queue)s) AS running,
-       (SELECT count(*) FROM pgqueue.runs
-         WHERE state = 'waiting' AND queue = %(queue)s) AS waiting,
-       (SELECT extract(epoch FROM now() - min(run_at))::double precision FROM pgqueue.runs
-         WHERE state = 'queued' AND queue = %(queue)s) AS oldest_queued_seconds,
        f.finished_last_minute, f.finished_last_hour, f.failed_last_hour,
        (SELECT count(*) FROM pgqueue.workers w
          WHERE %(queue)s = ANY (w.queues) AND w.heartbeat_at > now() - interval '60 seconds')

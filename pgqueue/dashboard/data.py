@@ -219,6 +219,15 @@ def get_queue(conn: psycopg.Connection[Any], name: str, limit: int = 100) -> dic
             _sql.query("dashboard_groups"), {"queue": name, "limit": limit}
         ).fetchall()
         workers = cur.execute(_sql.query("workers_live")).fetchall()
+    totals = {"running": 0, "queued": 0, "scheduled": 0, "waiting": 0}
+    queue["oldest_queued_seconds"] = None
+    if groups:
+        totals = {k: int(groups[0][f"total_{k}"]) for k in totals}
+        queue["oldest_queued_seconds"] = groups[0]["oldest_queued_seconds"]
+    for g in groups:
+        for k in [k for k in g if k.startswith("total_") or k == "oldest_queued_seconds"]:
+            del g[k]
+    queue.update(totals)
     live = ("configured", "scheduled", "queued", "running", "waiting", "finished_last_hour")
     if not any(queue[k] for k in live):
         raise NotFound(
