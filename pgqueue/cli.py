@@ -791,7 +791,10 @@ def dashboard(
     root_path: str,
 ) -> None:
     """Serve the web dashboard (docs/dashboard.md)."""
-    from pgqueue.dashboard import serve
+    try:
+        from pgqueue.dashboard import serve
+    except ImportError as exc:
+        fail(f"the dashboard needs {exc.name}: pip install 'pgqueue[dashboard]'")
 
     serve.check_bind(host, token)
     app = open_app(dsn, embedded)
