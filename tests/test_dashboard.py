@@ -449,6 +449,12 @@ def test_why_waiting_for_an_event_or_a_child(
     )
     deadline = "(deadline 2999-01-01 14:05 UTC)"
     assert why(web, event) == [f"waiting for event order.paid key 42 {deadline}"]
+    late = enqueue(
+        conn, state="waiting", wait_event="e", wait_key="", run_at="2000-01-01 00:00:00+00"
+    )
+    assert why(web, late) == [
+        "waiting for event e (deadline 2000-01-01 00:00 UTC passed: a worker's stager wakes it)"
+    ]
     child = enqueue(conn, "charge", state="queued")
     parent = enqueue(conn, state="waiting", wait_run_id=child, run_at="9999-12-31 00:00:00+00")
     conn.execute("UPDATE pgqueue.runs SET parent_id = %s WHERE id = %s", (parent, child))

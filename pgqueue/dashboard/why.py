@@ -35,6 +35,8 @@ def reasons(f: dict[str, Any]) -> list[str]:
     elif f["state"] == "waiting":
         deadline = f["run_at"] if f["run_at"].year < FAR_FUTURE_YEAR else None
         until = f" (deadline {clock(deadline, now)})" if deadline else " (no deadline)"
+        if deadline is not None and deadline <= now:
+            until = f" (deadline {clock(deadline, now)} passed: a worker's stager wakes it)"
         if f["wait_event"] is not None:
             key = f" key {f['wait_key']}" if f["wait_key"] else ""
             out.append(f"waiting for event {f['wait_event']}{key}{until}")
