@@ -532,3 +532,16 @@ def test_a_database_without_the_schema_answers_503(dsn: str, conn: psycopg.Conne
         r = c.get("/api/queues")
         assert r.status_code == 503 and "pgqueue migrate" in r.json()["error"]
         assert c.get("/").status_code == 503
+
+
+def test_behind_a_proxy_with_a_path_prefix(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """`pgqueue dashboard --root-path /pgq` (uvicorn's root_path): links and cookies carry
+    the prefix whether or not the proxy strips it from the path."""
+    run_id = enqueue(conn)
+    with TestClient(asgi(dsn), root_path="/pgq") as c:
+        first = c.get("/runs")
+        assert "Path=/pgq;" in first.headers["set-cookie"]
+        for path in ("/runs", "/pgq/runs"):
+            r = c.get(path)
+            assert r.status_code == 200, path
+            assert f'href="/pgq/runs/{run_id}"' in r.text
