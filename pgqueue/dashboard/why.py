@@ -1,0 +1,93 @@
+"""Why a run is not running: the facts sql/dashboard_why.sql reads (by the rules of the
+worker's claim and stager) put into words, most decisive first.
+
+A queued run is claimed when a live worker serving its queue has a free slot, the queue
+is not paused, the queue and the run's group have a permit free (limited queues,
+claim_limited()), and no run comes before it (unlimited queues take (priority, id)
+order; limited ones take turns across groups). A scheduled run becomes queued at its
+run_at, by the stager of a live worker serving its queue; a waiting run, when its event
+arrives, its child finishes or its deadline passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+EXPLAINED = frozenset({"scheduled", "queued", "waiting"})
+FAR_FUTURE_YEAR = 9999
+
+
+def reasons(f: dict[str, Any]) -> list[str]:
+    """The reasons for one row of dashboard_why.sql."""
+    now: datetime = f["now"]
+    queue = f["queue"]
+    out: list[str] = []
+    if f["state"] == "scheduled":
+        if f["run_at"] > now:
+            when = f"scheduled until {clock(f['run_at'], now)}"
+            if f["attempt"] > 0 and f["error"]:
+                when += f" (retrying after attempt {f['attempt']} failed)"
+            out.append(when)
+        else:
+            out.append(f"due since {clock(f['run_at'], now)}: a worker's stager queues it")
+    elif f["state"] == "waiting":
+        deadline = f["run_at"] if f["run_at"].year < FAR_FUTURE_YEAR else None
+        until = f" (deadline {clock(deadline, now)})" if deadline else " (no deadline)"
+        if deadline is not None and deadline <= now:
+            until = f" (deadline {clock(deadline, now)} passed: a worker's stager wakes it)"
+        if f["wait_event"] is not None:
+            key = f" key {f['wait_key']}" if f["wait_key"] else ""
+            out.append(f"waiting for event {f['wait_event']}{key}{until}")
+        elif f["wait_run_id"] is not None:
+            child = f"waiting for child {f['wait_run_id']}"
+            if f["child_state"]:
+                child += f" ({f['child_task']}, {f['child_state']})"
+            out.append(child + until)
+        else:
+            out.append("waiting" + until)
+    if f["paused"]:
+        out.append(f"queue {queue} is paused")
+    if f["live_workers"] == 0:
+        out.append(f"no live worker serves queue {queue}")
+    if f["state"] != "queued":
+        return out
+    concurrency, group_limit = f["concurrency"], f["group_concurrency"]
+    if concurrency is not None and f["permits_taken"] >= concurrency:
+        out.append(
+            f"queue limit {concurrency} of {concurrency} taken by "
+            f"{runs_text(f['permit_holders'], f['permits_taken'])}"
+        )
+    if group_limit is not None and f["group_taken"] >= group_limit:
+        group = f["group_key"] or "(default)"
+        out.append(
+            f"group {group} at its limit ({f['group_taken']} of {group_limit}: "
+            f"{runs_text(f['group_holders'] or [], f['group_taken'])})"
+        )
+    if f["live_workers"] and f["busy"] >= f["slots"]:
+        out.append(
+            f"every live worker serving queue {queue} is busy ({f['busy']} of {f['slots']} slots)"
+        )
+    if concurrency is None and group_limit is None and f["ahead"]:
+        ahead = "1,000+" if f["ahead"] >= 1000 else f"{f['ahead']:,}"
+        noun = "run" if f["ahead"] == 1 else "runs"
+        out.append(f"{ahead} {noun} ahead of it in queue {queue}")
+    if not out:
+        out.append("next in line: a worker claims it at its next claim")
+    return out
+
+
+def runs_text(ids: Sequence[int], total: int) -> str:
+    listed = ", ".join(str(i) for i in ids)
+    noun = "run" if total == 1 else "runs"
+    more = f" and {total - len(ids)} more" if total > len(ids) else ""
+    return f"{noun} {listed}{more}"
+
+
+def clock(at: datetime, now: datetime) -> str:
+    """14:02:05 UTC today, else 2026-12-03 14:02 UTC."""
+    utc = at.astimezone(UTC)
+    if utc.date() == now.astimezone(UTC).date():
+        return f"{utc:%H:%M:%S} UTC"
+    return f"{utc:%Y-%m-%d %H:%M} UTC"

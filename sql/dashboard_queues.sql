@@ -1,0 +1,10 @@
+-- The dashboard's overview: pgqueue.queue_stats per queue (each live count reads the
+-- partial index of its state; "finished recently" reads runs_finished_idx), the live
+-- workers that serve each queue, and the database's clock.
+SELECT s.*,
+       (SELECT count(*) FROM pgqueue.workers w
+         WHERE s.queue = ANY (w.queues) AND w.heartbeat_at > now() - interval '60 seconds')
+           AS live_workers,
+       now() AS now
+FROM pgqueue.queue_stats s
+ORDER BY s.queue

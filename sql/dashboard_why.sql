@@ -1,0 +1,59 @@
+-- The facts behind "why is this run not running", for runs that are scheduled, queued
+-- or waiting, read by the rules the worker's claim uses (claim.sql, claim_limited()):
+-- a paused queue yields nothing; a permit is a `running` run of the queue (and of the
+-- group) under a lease that has not expired; the stager and the claim run only in live
+-- workers that serve the queue; unlimited queues are claimed in (priority, id) order.
+-- Every count reads the partial index of its state, keyed by queue.
+WITH r AS (
+    SELECT id, queue, state, group_key, priority, run_at, attempt, error, limited,
+           wait_event, wait_key, wait_run_id
+    FROM pgqueue.runs
+    WHERE id = ANY (%(ids)s::bigint[]) AND state IN ('scheduled', 'queued', 'waiting')
+),
+workers AS (
+    SELECT w.id, w.queues, w.concurrency
+    FROM pgqueue.workers w
+    WHERE w.heartbeat_at > now() - interval '60 seconds'
+),
+q AS (
+    SELECT n.queue, coalesce(x.paused, false) AS paused, x.concurrency, x.group_concurrency,
+           (SELECT count(*) FROM workers w WHERE n.queue = ANY (w.queues)) AS live_workers,
+           (SELECT coalesce(sum(w.concurrency), 0) FROM workers w WHERE n.queue = ANY (w.queues))
+               AS slots,
+           (SELECT count(*) FROM pgqueue.runs h
+             WHERE h.state = 'running'
+               AND h.worker_id IN (SELECT w.id FROM workers w WHERE n.queue = ANY (w.queues)))
+               AS busy,
+           (SELECT count(*) FROM pgqueue.runs h
+             WHERE h.state = 'running' AND h.queue = n.queue AND h.lease_expires_at > now())
+               AS permits_taken,
+           ARRAY(SELECT h.id FROM pgqueue.runs h
+                  WHERE h.state = 'running' AND h.queue = n.queue
+                    AND h.lease_expires_at > now()
+                  ORDER BY h.id LIMIT 10) AS permit_holders
+    FROM (SELECT DISTINCT queue FROM r) n
+    LEFT JOIN pgqueue.queues x ON x.name = n.queue
+)
+SELECT r.id, r.queue, r.state, r.group_key, r.run_at, r.attempt, r.error, r.wait_event,
+       r.wait_key, r.wait_run_id, q.paused, q.concurrency, q.group_concurrency,
+       q.live_workers, q.slots, q.busy, q.permits_taken, q.permit_holders,
+       g.taken AS group_taken, g.holders AS group_holders,
+       c.state AS child_state, c.task AS child_task,
+       a.ahead, now() AS now
+FROM r
+JOIN q ON q.queue = r.queue
+LEFT JOIN LATERAL (
+    SELECT count(*) AS taken, (array_agg(h.id ORDER BY h.id))[1:10] AS holders
+    FROM pgqueue.runs h
+    WHERE h.state = 'running' AND h.queue = r.queue AND h.lease_expires_at > now()
+      AND h.group_key = r.group_key
+) g ON true
+LEFT JOIN pgqueue.runs c ON c.id = r.wait_run_id
+LEFT JOIN LATERAL (
+    SELECT count(*) AS ahead
+    FROM (SELECT 1 FROM pgqueue.runs a
+           WHERE a.state = 'queued' AND a.queue = r.queue
+             AND (a.priority, a.id) < (r.priority, r.id)
+           LIMIT 1000) x
+) a ON r.state = 'queued'
+ORDER BY r.id

@@ -1,0 +1,147 @@
+"""Every query the dashboard runs reads an index, never the whole runs table, under the
+generic plans a prepared statement gets, with a large history around it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import _sql
+from pgqueue.dashboard import data
+
+
+@pytest.fixture
+def big(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """200,000 finished runs (1% failed), 50,000 queued runs of two queues (one limited),
+    20,000 scheduled, 2,000 running and 500 waiting runs."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('crawl', 2);
+        INSERT INTO pgqueue.runs (task, queue, state, finished_at, parent_id)
+        SELECT 't', 'default', CASE WHEN i % 100 = 0 THEN 'failed' ELSE 'succeeded' END,
+               now() - i * interval '1 s', CASE WHEN i % 10 = 0 THEN i END
+        FROM generate_series(1, 200000) i;
+        INSERT INTO pgqueue.runs (task, queue, group_key, limited)
+        SELECT 't', CASE WHEN i % 2 = 0 THEN 'crawl' ELSE 'default' END, 'g' || (i % 100),
+               i % 2 = 0
+        FROM generate_series(1, 50000) i;
+        INSERT INTO pgqueue.runs (task, queue, state, run_at)
+        SELECT 't', 'default', 'scheduled', now() + interval '1 day'
+        FROM generate_series(1, 20000);
+        INSERT INTO pgqueue.runs (task, queue, state, lease_token, lease_expires_at)
+        SELECT 't', 'crawl', 'running', gen_random_uuid(), now() + interval '1 hour'
+        FROM generate_series(1, 2000);
+        INSERT INTO pgqueue.runs (task, queue, state, wait_event, wait_key, run_at)
+        SELECT 't', 'default', 'waiting', 'e', i::text, now() + interval '1 hour'
+        FROM generate_series(1, 500) i;
+        ANALYZE pgqueue.runs;
+    """)
+    return conn
+
+
+def plan(conn: psycopg.Connection[Any], query: sql.Composable | str, params: Any) -> Any:
+    text = sql.SQL(query) if isinstance(query, str) else query  # type: ignore[arg-type]
+    with conn.transaction():
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + text, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def reads(node: Any) -> tuple[set[str], list[str]]:
+    """The indexes a plan reads, and the runs-table scans it makes without one."""
+    indexes: set[str] = set()
+    full: list[str] = []
+
+    def walk(n: Any) -> None:
+        if isinstance(n, dict):
+            if n.get("Index Name"):
+                indexes.add(n["Index Name"])
+            if n.get("Node Type") == "Seq Scan" and n.get("Relation Name") == "runs":
+                full.append(json.dumps({k: v for k, v in n.items() if k != "Plans"}))
+            for v in n.values():
+                walk(v)
+        elif isinstance(n, list):
+            for v in n:
+                walk(v)
+
+    walk(node)
+    return indexes, full
+
+
+def assert_reads(
+    conn: psycopg.Connection[Any], query: sql.Composable | str, params: Any, *expected: str
+) -> None:
+    indexes, full = reads(plan(conn, query, params))
+    assert not full, full
+    missing = set(expected) - indexes
+    assert not missing, (missing, indexes)
+
+
+FILTERS = {"queue": None, "task": None, "group": None, "q": None, "limit": 50, "scan": 2000}
+START = {"before_id": 2**63 - 1, "before_at": data.END}
+
+
+def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
+    # One test, one large fixture: building it per query would slow the suite.
+    conn = big
+    page = {**FILTERS, **START}
+    expected = {
+        None: "runs_pkey",
+        "queued": "runs_claim_idx",
+        "scheduled": "runs_scheduled_idx",
+        "running": "runs_lease_idx",
+        "succeeded": "runs_finished_idx",
+        "canceled": "runs_finished_idx",
+        "failed": "runs_failed_idx",
+    }
+    for state, index in expected.items():
+        query, _ = data.runs_query(state)
+        assert_reads(conn, query, page, index)
+    query, _ = data.runs_query("waiting")
+    assert_reads(conn, query, page)
+
+    assert_reads(
+        conn,
+        _sql.query("dashboard_queues"),
+        {},
+        "runs_claim_idx",
+        "runs_scheduled_idx",
+        "runs_lease_idx",
+        "runs_finished_idx",
+    )
+    assert_reads(
+        conn,
+        _sql.query("dashboard_queue"),
+        {"queue": "crawl"},
+        "runs_finished_idx",
+    )
+    assert_reads(conn, _sql.query("dashboard_throughput"), {}, "runs_finished_idx")
+    assert_reads(
+        conn,
+        _sql.query("dashboard_groups"),
+        {"queue": "crawl", "limit": 100},
+        "runs_lease_idx",
+        "runs_scheduled_idx",
+    )
+    assert_reads(
+        conn, _sql.query("dashboard_why"), {"ids": [1, 2, 3]}, "runs_pkey", "runs_lease_idx"
+    )
+    assert_reads(conn, _sql.query("dashboard_run"), {"id": 1}, "runs_pkey")
+    assert_reads(
+        conn, _sql.query("dashboard_run_children"), {"id": 10, "limit": 200}, "runs_parent_idx"
+    )
+    assert_reads(conn, _sql.query("run_errors"), {"id": 1})
+    assert_reads(conn, _sql.query("list_schedules"), {})
+    assert_reads(conn, _sql.query("workers_live"), {})
+    filt = {"queue": "default", "task": None, "group": None}
+    for action, state, index in (
+        ("retry", "failed", "runs_failed_idx"),
+        ("cancel", "queued", "runs_claim_idx"),
+    ):
+        for name in ("dashboard_bulk_count", f"dashboard_bulk_{action}"):
+            query = data.states_query(name, states=(state,))
+            assert_reads(conn, query, filt, index)
