@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from psycopg import _queries
 
+import pgqueue
 from pgqueue import _sql
 
 
@@ -25,3 +29,17 @@ SELECT 'a -- b' AS "c--d",  -- trailing
 FROM t
 """
     assert _sql.strip_comments(text) == "SELECT 'a -- b' AS \"c--d\",\n       1\nFROM t\n"
+
+
+def test_every_statement_file_is_named_in_the_library() -> None:
+    """A file of sql/ that no code names is dead. A statement is loaded by its name, a
+    string literal of pgqueue/ (passed to _sql.query directly or through a variable); the
+    definitions in sql/functions/ and sql/views/ are checked by tests/sql/test_schema.py."""
+    literals = {
+        node.value
+        for path in Path(pgqueue.__file__).parent.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    unused = sorted(set(_sql.names()) - literals)
+    assert not unused, f"nothing loads sql/{{{','.join(unused)}}}.sql"
