@@ -1,4 +1,6 @@
-"""The query loader: every statement lives in sql/NAME.sql and is read once."""
+"""The query loader: every statement lives in sql/NAME.sql and is read once. The current
+definition of each database function and view lives in sql/functions/ and sql/views/,
+loaded by `definition()` (migrations, the schema test), never by `query()`."""
 
 from __future__ import annotations
 
@@ -44,8 +46,34 @@ def strip_comments(text: str) -> str:
 
 
 def names() -> list[str]:
+    """The statements `query()` loads: the .sql files at the top of sql/."""
     return sorted(
         p.name.removesuffix(".sql")
         for p in resources.files("pgqueue.sql").iterdir()
+        if p.is_file() and p.name.endswith(".sql")
+    )
+
+
+# The folders of sql/ that hold one CREATE OR REPLACE statement per database object.
+DEFINITION_KINDS = ("functions", "views")
+
+
+def definition(path: str) -> str:
+    """The current definition of a database function or view, `path` being
+    "functions/NAME" or "views/NAME": sql/<path>.sql as written. Comments stay: a
+    function's body keeps them, and the server compares them with what it stores."""
+    kind, _, name = path.partition("/")
+    if kind not in DEFINITION_KINDS or not name or "/" in name:
+        raise ValueError(f"not a definition: {path!r} (functions/NAME or views/NAME)")
+    return resources.files("pgqueue.sql").joinpath(kind, f"{name}.sql").read_text()
+
+
+def definitions() -> list[str]:
+    """Every definition's path ("functions/NAME", "views/NAME"), sorted."""
+    root = resources.files("pgqueue.sql")
+    return sorted(
+        f"{kind}/{p.name.removesuffix('.sql')}"
+        for kind in DEFINITION_KINDS
+        for p in root.joinpath(kind).iterdir()
         if p.name.endswith(".sql")
     )
