@@ -4,6 +4,7 @@ loaded by `definition()` (migrations, the schema test), never by `query()`."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import LiteralString, cast
@@ -18,10 +19,37 @@ PSYCOPG_CACHED_LENGTH = 4096
 
 @cache
 def query(name: str) -> LiteralString:
-    """The text of sql/<name>.sql without its comments. The files ship inside the wheel
-    as pgqueue._sql."""
+    """The text of sql/<name>.sql without its comments, each {{PART}} in it replaced by
+    sql/parts/PART.sql. The files ship inside the wheel as pgqueue.sql. Composing happens
+    once per name: the text sent is as if written out in full."""
     text: str = resources.files("pgqueue.sql").joinpath(f"{name}.sql").read_text()
-    return cast(LiteralString, strip_comments(text))  # type: ignore[redundant-cast]
+    return cast(LiteralString, compose(strip_comments(text)))  # type: ignore[redundant-cast]
+
+
+# {{NAME}} in a statement: a rule that several statements share, written once in
+# sql/parts/NAME.sql (an expression, or whole lines of a statement).
+PART = re.compile(r"\{\{(\w+)\}\}")
+
+
+def compose(text: str) -> str:
+    """`text` with each {{NAME}} replaced by part NAME (itself composed)."""
+    return PART.sub(lambda m: part(m.group(1)), text)
+
+
+@cache
+def part(name: str) -> str:
+    """sql/parts/<name>.sql without its comments and its final newline, composed."""
+    text = resources.files("pgqueue.sql").joinpath("parts", f"{name}.sql").read_text()
+    return compose(strip_comments(text)).removesuffix("\n")
+
+
+def parts() -> list[str]:
+    """Every part's name, sorted."""
+    return sorted(
+        p.name.removesuffix(".sql")
+        for p in resources.files("pgqueue.sql").joinpath("parts").iterdir()
+        if p.name.endswith(".sql")
+    )
 
 
 def strip_comments(text: str) -> str:

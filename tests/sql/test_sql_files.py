@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from importlib import resources
 from pathlib import Path
 
 from psycopg import _queries
@@ -43,3 +44,24 @@ def test_every_statement_file_is_named_in_the_library() -> None:
     }
     unused = sorted(set(_sql.names()) - literals)
     assert not unused, f"nothing loads sql/{{{','.join(unused)}}}.sql"
+
+
+def test_every_part_is_included_and_every_inclusion_is_resolved() -> None:
+    """A part of sql/parts/ is one shared rule: some statement includes it, and no
+    statement is left with an unresolved {{NAME}}."""
+    root = resources.files("pgqueue.sql")
+    raw = [root.joinpath(f"{name}.sql").read_text() for name in _sql.names()]
+    raw += [root.joinpath("parts", f"{name}.sql").read_text() for name in _sql.parts()]
+    included = {m.group(1) for text in raw for m in _sql.PART.finditer(text)}
+    assert included == set(_sql.parts())
+    assert not [name for name in _sql.names() if "{{" in _sql.query(name)]
+
+
+def test_a_part_is_replaced_where_it_stands_without_its_comments() -> None:
+    rule = _sql.part("run_state_from_due")
+    assert rule == "CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END"
+    assert _sql.compose("SELECT {{run_state_from_due}} AS state\n") == (f"SELECT {rule} AS state\n")
+    # a part may include another; the batch statements share theirs
+    assert _sql.part("queue_has_limits") in _sql.part("enqueue_batch_input")
+    for name in ("enqueue_run", "enqueue_runs", "enqueue_runs_keyed", "enqueue_runs_plain"):
+        assert rule in _sql.query(name)
