@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # alembic (and SQLAlchemy under it) cost about a second to import: they are imported only
 # to migrate. Checking the schema version needs just the revision files' names, which
-# follow the convention NNNN_name.py in one linear chain (tests/test_migrations.py checks
+# follow the convention NNNN_name.py in one linear chain (tests/sql/test_migrations.py checks
 # that this agrees with alembic).
 
 

@@ -12,7 +12,7 @@
 -- Where to start: (after_priority, after_id) is the largest (priority, id) this worker's
 -- last claim of the queue took; (-32768, 0) starts at the front. Every run claimed since
 -- the last VACUUM leaves a dead entry at the front of runs_claim_idx, and a claim from the
--- front reads through all of them (a page per ~260 runs: bench.experiments claim-walk).
+-- front reads through all of them (a page per ~260 runs).
 -- Three scans, each run only if those before it found fewer than `limit`:
 --   ahead:  more urgent priorities than the mark's (enqueued since): from the front;
 --   onward: from the mark on, in order;

@@ -8,14 +8,14 @@ WITH inserted AS (
                               timeout_seconds, group_key, idempotency_key, run_at, parent_id,
                               limited)
     SELECT %(task)s::text, %(queue)s::text,
-           CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END,
+           {{run_state_from_due}},
            %(priority)s::smallint, %(args)s::jsonb, %(kwargs)s::jsonb, %(max_attempts)s::integer,
            %(timeout_seconds)s::double precision, coalesce(%(group_key)s::text, ''),
            %(idempotency_key)s::text, due, %(parent_id)s::bigint,
-           -- flagged if its queue has limits (see enqueue_runs.sql)
+           -- flagged if its queue has limits
            EXISTS (SELECT 1 FROM pgqueue.queues q
                     WHERE q.name = %(queue)s::text
-                      AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL))
+                      AND ({{queue_has_limits}}))
     FROM (SELECT coalesce(%(run_at)s::timestamptz,
                           now() + coalesce(%(delay)s::double precision, 0) * interval '1 second')
                  AS due) d

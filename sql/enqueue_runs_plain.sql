@@ -7,7 +7,7 @@ WITH inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, run_at, parent_id, limited)
     SELECT %(task)s::text, %(queue)s::text,
-           CASE WHEN b.due > now() THEN 'scheduled' ELSE 'queued' END,
+           {{run_state_from_due}},
            %(priority)s::smallint, i.e -> 0, i.e -> 1, %(max_attempts)s::integer,
            %(timeout_seconds)s::double precision, coalesce(%(group_key)s::text, ''), b.due,
            %(parent_id)s::bigint, b.limited
@@ -15,11 +15,10 @@ WITH inserted AS (
          (SELECT coalesce(%(run_at)s::timestamptz,
                           now() + coalesce(%(delay)s::double precision, 0)
                                   * interval '1 second') AS due,
-                 -- flagged if the queue has limits (see enqueue_runs.sql)
+                 -- flagged if the queue has limits
                  EXISTS (SELECT 1 FROM pgqueue.queues q
                           WHERE q.name = %(queue)s::text
-                            AND (q.concurrency IS NOT NULL
-                                 OR q.group_concurrency IS NOT NULL)) AS limited) b
+                            AND ({{queue_has_limits}})) AS limited) b
     ORDER BY i.n
     RETURNING id, state
 )

@@ -19,4 +19,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP SCHEMA pgqueue CASCADE")
+    # Dropping the schema would drop alembic's version table with it (it lives in schema
+    # pgqueue), and alembic's next write to it would fail the downgrade.
+    raise NotImplementedError("pgqueue migrations are forward-only")

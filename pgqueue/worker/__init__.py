@@ -894,10 +894,6 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_until_complete(asyncio.wait_for(loop.shutdown_default_executor(), LEFTOVER_WAIT))
 
 
-def monotonic() -> float:
-    return time.monotonic()
-
-
 _decoder = json.JSONDecoder()
 _decode_json = _decoder.decode
 _scan_json = json.scanner.make_scanner(cast(Any, _decoder))  # what decode() calls

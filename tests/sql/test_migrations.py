@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -141,3 +142,26 @@ def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+def test_every_migration_is_forward_only_and_a_downgrade_changes_nothing(dsn: str) -> None:
+    """docs/operations.md: migrations are forward-only. Each revision's downgrade() refuses
+    (the first one too), and `alembic downgrade` leaves the schema at head."""
+    from alembic import command
+
+    with migrate._config(dsn) as cfg:
+        script = ScriptDirectory.from_config(cfg)
+        revisions = list(script.walk_revisions())
+        assert len(revisions) == len(migrate.revisions())
+        for rev in revisions:
+            with pytest.raises(NotImplementedError, match="forward-only"):
+                rev.module.downgrade()
+        with pytest.raises(NotImplementedError, match="forward-only"):
+            command.downgrade(cfg, "-1")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert migrate.current(conn) == migrate.head()
+    with migrate._config(None) as cfg:
+        template = Path(ScriptDirectory.from_config(cfg).dir) / "script.py.mako"
+    assert 'raise NotImplementedError("pgqueue migrations are forward-only")' in (
+        template.read_text()
+    )

@@ -1,0 +1,250 @@
+-- Claim up to p_limit queued runs of a queue with `concurrency` and/or
+-- `group_concurrency`. One call is one transaction (the caller runs it in autocommit);
+-- it holds the queue's row lock until it ends, so claimers of a queue take turns, and
+-- each statement below takes a fresh snapshot after the lock: the counts are exact.
+--
+-- Permits: a run holds one while it is `running` under an unexpired lease, except the
+-- runs in p_finishing (the caller's runs whose code has returned and whose outcome is
+-- being written: they no longer execute); a row of pgqueue.zombie_permits (a timed-out
+-- attempt whose thread still runs) holds one while its worker's heartbeat is fresh.
+--
+-- Order (docs/concurrency.md):
+--   1. lower priority value first;
+--   2. within a priority, groups take turns in group_key order, starting after the
+--      group served last (the cursor), wrapping around; one run per group per turn;
+--   3. FIFO inside a group.
+-- At each priority, phase A hands out one run per group visit until the permits are gone
+-- or every group with room has had a turn; phase B then gives the groups that had a turn
+-- their further runs of that priority, turn after turn; then the next priority.
+-- The queue's hint (hint_priority, hint_group, hint_id) says where the last claim left
+-- off, so that the next one steps over the runs it already took.
+CREATE OR REPLACE FUNCTION pgqueue.claim_limited(
+    p_queue         text,
+    p_worker        uuid,
+    p_limit         integer,
+    p_lease_seconds double precision,
+    p_finishing     uuid[] DEFAULT '{}'
+) RETURNS SETOF pgqueue.runs
+LANGUAGE plpgsql AS $$
+DECLARE
+    q        pgqueue.queues;
+    busy     jsonb;                -- group -> runs holding a permit
+    used     jsonb := '{}';        -- group -> runs picked by this call
+    running  bigint;
+    budget   bigint;
+    gc       bigint;
+    picked   bigint[] := '{}';
+    turns    text[];               -- groups that had a turn at this priority, in order
+    lvl      smallint;
+    seg      integer;
+    k        text;
+    run_id   bigint;
+    last     text;
+    hid      bigint := 0;          -- the hint, when it applies (0: it does not)
+    more     bigint[];
+    next_lvl smallint;             -- the next hint: the first group served at the last
+    next_grp text;                 -- priority with picks, and the largest id taken there
+    next_id  bigint;
+BEGIN
+    SELECT * INTO q FROM pgqueue.queues WHERE name = p_queue FOR UPDATE;
+    IF NOT FOUND OR q.paused THEN
+        RETURN;
+    END IF;
+
+    -- Permits held: runs running under a valid lease, and the attempts whose outcome is
+    -- written but whose code still runs in a thread of a live worker (zombie_permits).
+    SELECT coalesce(jsonb_object_agg(b.group_key, b.n), '{}'), coalesce(sum(b.n), 0)
+      INTO busy, running
+      FROM (SELECT h.group_key, count(*) AS n
+              FROM (SELECT r.group_key
+                      FROM pgqueue.runs r
+                     WHERE r.state = 'running' AND r.queue = p_queue
+                       AND r.lease_expires_at > now()
+                       AND r.lease_token <> ALL (p_finishing)
+                    UNION ALL
+                    SELECT z.group_key
+                      FROM pgqueue.zombie_permits z
+                      JOIN pgqueue.workers w ON w.id = z.worker_id
+                     WHERE z.queue = p_queue
+                       AND w.heartbeat_at > now() - z.lease_seconds * interval '1 second') h
+             GROUP BY h.group_key) b;
+    budget := least(p_limit, coalesce(q.concurrency, 2147483647) - running);
+    gc := coalesce(q.group_concurrency, 2147483647);
+    IF budget <= 0 THEN
+        RETURN;
+    END IF;
+
+    -- The hint applies for 0.1 s after the claim from the front it descends from.
+    IF q.hint_id IS NOT NULL AND q.hint_since > clock_timestamp() - interval '100 ms' THEN
+        hid := q.hint_id;
+    END IF;
+
+    -- Two passes at most: the first from the hint, if one applies. A claim that finds
+    -- fewer runs after the hint than it may take reads the queue again from its front:
+    -- runs may wait behind the hint (a retry, a woken workflow, a late commit), and a
+    -- worker that got fewer runs than it asked for waits for a NOTIFY or its poll.
+    <<passes>>
+    LOOP
+        picked := '{}';
+        used := '{}';
+        next_grp := NULL;
+        last := q.rr_cursor;
+        lvl := pgqueue.claim_next_priority(p_queue, -32769, q.hint_priority, q.hint_group, hid);
+        -- Runs filed without the flag: enqueued by a REPEATABLE READ transaction whose
+        -- snapshot predates the queue's limits, or by a producer still on code older than
+        -- 0006. They are in runs_claim_idx only. Take them in, oldest first, once no flagged
+        -- run is left, or when the front of the queue is one of them: one claim in twenty
+        -- looks (the front of runs_claim_idx holds the entries of runs just claimed, which
+        -- a probe must step over). Late, never lost. They may sit behind the hint: this
+        -- claim reads from the front.
+        IF lvl IS NULL OR (random() < 0.05
+                           AND coalesce((SELECT NOT r.limited FROM pgqueue.runs r
+                                          WHERE r.state = 'queued' AND r.queue = p_queue
+                                          ORDER BY r.priority, r.id LIMIT 1), false)) THEN
+            UPDATE pgqueue.runs r SET limited = true
+             WHERE r.id = ANY (ARRAY(SELECT u.id FROM pgqueue.runs u
+                                      WHERE u.state = 'queued' AND u.queue = p_queue
+                                        AND NOT u.limited
+                                      ORDER BY u.priority, u.id LIMIT 1000));
+            IF FOUND THEN
+                hid := 0;
+                lvl := pgqueue.claim_next_priority(p_queue, -32769, NULL, NULL, 0);
+            END IF;
+        END IF;
+        <<by_priority>>
+        WHILE lvl IS NOT NULL LOOP
+            -- Phase A. Segment 0: the groups after the cursor; segment 1: the first group up
+            -- to and including the cursor.
+            turns := '{}';
+            FOR seg IN 0..1 LOOP
+                CONTINUE WHEN seg = 1 AND q.rr_cursor IS NULL;
+                k := CASE WHEN seg = 0 THEN q.rr_cursor END;
+                LOOP
+                    -- One probe finds the next group and its first run: the index is
+                    -- ordered by group, then id. Around the hinted group, two: the groups
+                    -- before it, then from the hint on.
+                    IF hid > 0 AND lvl = q.hint_priority
+                       AND (k IS NULL OR q.hint_group > k) THEN
+                        IF k IS NULL THEN
+                            SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                             WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                               AND r.priority = lvl AND r.group_key < q.hint_group
+                             ORDER BY r.group_key, r.id LIMIT 1;
+                        ELSE
+                            SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                             WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                               AND r.priority = lvl AND r.group_key > k
+                               AND r.group_key < q.hint_group
+                             ORDER BY r.group_key, r.id LIMIT 1;
+                        END IF;
+                        IF NOT FOUND THEN
+                            SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                             WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                               AND r.priority = lvl
+                               AND (r.group_key, r.id) > (q.hint_group, hid)
+                             ORDER BY r.group_key, r.id LIMIT 1;
+                        END IF;
+                    ELSIF k IS NULL THEN
+                        SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                         WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                           AND r.priority = lvl
+                         ORDER BY r.group_key, r.id LIMIT 1;
+                    ELSE
+                        SELECT r.group_key, r.id INTO k, run_id FROM pgqueue.runs r
+                         WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                           AND r.priority = lvl AND r.group_key > k
+                         ORDER BY r.group_key, r.id LIMIT 1;
+                    END IF;
+                    EXIT WHEN k IS NULL OR (seg = 1 AND k > q.rr_cursor);
+                    -- Within one priority a group is visited once; `used` holds the runs
+                    -- picked at earlier priorities.
+                    CONTINUE WHEN gc - coalesce((busy ->> k)::bigint, 0)
+                                     - coalesce((used ->> k)::bigint, 0) <= 0;
+                    picked := picked || run_id;
+                    turns := turns || k;
+                    last := k;
+                    IF cardinality(turns) = 1 THEN
+                        next_lvl := lvl;
+                        next_grp := k;
+                        next_id := run_id;
+                    END IF;
+                    EXIT by_priority WHEN cardinality(picked) >= budget;
+                END LOOP;
+            END LOOP;
+
+            -- Phase B: every group with room at this priority has had a turn and permits
+            -- are left: those groups get further runs of this priority, turn after turn.
+            IF cardinality(turns) > 0 THEN
+                SELECT coalesce(array_agg(z.id), '{}'),
+                       greatest(next_id, max(z.id) FILTER (WHERE z.group_key = next_grp))
+                  INTO more, next_id
+                  FROM (
+                    SELECT c.id, c.group_key
+                    FROM (SELECT x.id, g.group_key, g.turn, g.room,
+                                 row_number() OVER (PARTITION BY g.group_key ORDER BY x.id) AS nth
+                            FROM (SELECT t.group_key, t.turn,
+                                         least(budget,
+                                               gc - coalesce((busy ->> t.group_key)::bigint, 0)
+                                                  - coalesce((used ->> t.group_key)::bigint, 0)
+                                                  - 1)  -- the run of its turn
+                                             AS room,
+                                         CASE WHEN hid > 0 AND lvl = q.hint_priority
+                                                   AND t.group_key = q.hint_group
+                                              THEN hid ELSE 0 END AS after_id
+                                    FROM unnest(turns) WITH ORDINALITY AS t(group_key, turn)) g
+                           CROSS JOIN LATERAL (
+                                 SELECT r.id
+                                   FROM pgqueue.runs r
+                                  WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                                    AND r.priority = lvl AND r.group_key = g.group_key
+                                    AND r.id > g.after_id
+                                    AND r.id <> ALL (picked)
+                                  ORDER BY r.id
+                                  LIMIT g.room) x
+                           WHERE g.room > 0) c
+                    WHERE c.nth <= c.room
+                    ORDER BY c.nth, c.turn
+                    LIMIT budget - cardinality(picked)) z;
+                picked := picked || more;
+                EXIT by_priority WHEN cardinality(picked) >= budget;
+                -- Before the next priority: every run picked so far, per group.
+                SELECT coalesce(jsonb_object_agg(u.group_key, u.n), '{}') INTO used
+                  FROM (SELECT r.group_key, count(*) AS n FROM pgqueue.runs r
+                         WHERE r.id = ANY (picked) GROUP BY r.group_key) u;
+            END IF;
+            lvl := pgqueue.claim_next_priority(p_queue, lvl, q.hint_priority, q.hint_group, hid);
+        END LOOP;
+        EXIT passes WHEN hid = 0 OR cardinality(picked) >= budget;
+        hid := 0;
+    END LOOP;
+
+    -- The next hint. Within one (priority, group) a claim takes runs in id order from
+    -- where its scan started (the group's front, or the hint), so every run up to the
+    -- largest id it took there has left `queued`. With one group (a queue with a
+    -- `concurrency` only), that is the queue's every claim.
+    IF next_grp IS NOT NULL THEN
+        UPDATE pgqueue.queues
+           SET rr_cursor = last, hint_priority = next_lvl, hint_group = next_grp,
+               hint_id = next_id,
+               -- read after the hint, it keeps the hint's time; read from the group's
+               -- front, it starts a new life
+               hint_since = CASE WHEN hid > 0 AND next_lvl = q.hint_priority
+                                      AND next_grp = q.hint_group
+                                 THEN q.hint_since ELSE clock_timestamp() END
+         WHERE name = p_queue;
+    ELSIF last IS DISTINCT FROM q.rr_cursor THEN
+        UPDATE pgqueue.queues SET rr_cursor = last WHERE name = p_queue;
+    END IF;
+
+    RETURN QUERY
+    UPDATE pgqueue.runs r
+       SET state = 'running',
+           attempt = r.attempt + 1,
+           worker_id = p_worker,
+           lease_token = gen_random_uuid(),
+           lease_expires_at = now() + p_lease_seconds * interval '1 second',
+           started_at = now()
+     WHERE r.id = ANY (picked) AND r.state = 'queued'
+    RETURNING r.*;
+END
+$$;
