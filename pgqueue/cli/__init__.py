@@ -25,22 +25,19 @@ def cli() -> None:
     """pgqueue: durable background jobs and workflows in PostgreSQL."""
 
 
-# One module per command group; a new group is one more module and one more line here.
-for command in (
-    migrate.migrate_cmd,
-    grants.grants_cmd,
-    worker.worker,
-    enqueue.enqueue,
-    enqueue.emit,
-    runs.runs,
-    queues.queues,
-    ops.workers,
-    ops.demo,
-    schedules.schedules,
-    ops.prune,
-    ops.stats,
-):
-    cli.add_command(command)
+# One module per command group: a new group is one more module and one more line here.
+cli.add_command(migrate.migrate_cmd)
+cli.add_command(grants.grants_cmd)
+cli.add_command(worker.worker)
+cli.add_command(enqueue.enqueue)
+cli.add_command(enqueue.emit)
+cli.add_command(runs.runs)
+cli.add_command(queues.queues)
+cli.add_command(schedules.schedules)
+cli.add_command(ops.workers)
+cli.add_command(ops.prune)
+cli.add_command(ops.stats)
+cli.add_command(ops.demo)
 
 
 def main(
