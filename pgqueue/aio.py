@@ -136,7 +136,7 @@ async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str) -> None:
         raise db.cannot_connect(dsn, exc) from None
     await first.close()  # failed fast, in one line, on a bad DSN or server
     try:
-        # with its first connection ready (see App._get_pool)
+        # with its first connection ready (see pgqueue._pool.open_pool)
         await pool.open(wait=True, timeout=db.POOL_TIMEOUT)
     except PoolTimeout:
         raise db.pool_timeout(dsn) from None

@@ -7,34 +7,21 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pgqueue import _inserts, _json, _sql, db, migrate
+from pgqueue import _enqueue, _inserts, _inspect, _json, _operator, _pool, _registry, db, migrate
 from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
+from pgqueue._registry import LIMIT_MAX, QueueConfig
 from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
-from pgqueue.errors import OutOfRange, UnknownTask
-from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
-from pgqueue.runs import Run, RunHandle, check_run_id, found_run
-from pgqueue.tasks import (
-    EnqueueOptions,
-    GroupFn,
-    Hook,
-    RunRow,
-    Task,
-    Validator,
-    build_row,
-    check_key,
-    check_name,
-    check_seconds,
-)
+from pgqueue.errors import OutOfRange
+from pgqueue.runs import Run, RunHandle
+from pgqueue.tasks import RunRow, Task, check_name
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker
@@ -43,9 +30,17 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+__all__ = [
+    "LIMIT_MAX",
+    "NOTIFY_ENV",
+    "App",
+    "ConnectionProvider",
+    "EnqueueDeferrer",
+    "QueueConfig",
+    "SyncWrapper",
+]
+
 NOTIFY_ENV = "PGQUEUE_NOTIFY"
-# pgqueue.queues.concurrency and group_concurrency are integers.
-LIMIT_MAX = 2**31 - 1
 
 # Returns the connection of the caller's open transaction, or None (see App.caller_connection).
 ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
@@ -56,15 +51,13 @@ EnqueueDeferrer = Callable[["App", Sequence[RunRow]], "list[RunHandle] | None"]
 SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
 
 
-@dataclass(frozen=True)
-class QueueConfig:
-    name: str
-    concurrency: int | None = None
-    group_concurrency: int | None = None
-
-
 class App(AsyncApp):
     """Registry of tasks and queues bound to one database.
+
+    A façade over small parts: the registry (pgqueue._registry), enqueues by name and
+    events (_enqueue), operator actions (_operator), inspection (_inspect), opening the
+    pool (_pool), the async calls (pgqueue.aio). insert_runs and connection(), on every
+    Task.enqueue's path, are written out here so that it takes no call more.
 
     `dsn`: argument > PGQUEUE_DSN > error, resolved at first use so that a module can
     create its App at import time and the CLI's --dsn can still apply.
@@ -142,18 +135,7 @@ class App(AsyncApp):
         self, name: str, *, concurrency: int | None = None, group_concurrency: int | None = None
     ) -> QueueConfig:
         """Declare a queue and its limits (stored in pgqueue.queues when a worker starts)."""
-        for label, value in (
-            ("concurrency", concurrency),
-            ("group_concurrency", group_concurrency),
-        ):
-            if value is not None and not 1 <= value <= LIMIT_MAX:
-                raise OutOfRange(
-                    f"queue {name!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "
-                    f"not {value}"
-                )
-        config = QueueConfig(check_name("queue", name), concurrency, group_concurrency)
-        self.queues[name] = config
-        return config
+        return _registry.declare_queue(self.queues, name, concurrency, group_concurrency)
 
     # -- registering tasks --------------------------------------------------------------
 
@@ -173,8 +155,8 @@ class App(AsyncApp):
         on_success(ctx, result), on_failure(ctx, exc).
         """
         if fn is not None:
-            return self._register(fn, workflow=False)
-        return lambda f: self._register(f, workflow=False, **options)
+            return _registry.register(self, fn, workflow=False)
+        return lambda f: _registry.register(self, f, workflow=False, **options)
 
     @overload
     def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
@@ -187,52 +169,11 @@ class App(AsyncApp):
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         """Register a workflow: like a task, but it receives a Context first."""
         if fn is not None:
-            return self._register(fn, workflow=True)
-        return lambda f: self._register(f, workflow=True, **options)
-
-    def _register(
-        self,
-        fn: Callable[..., Any],
-        *,
-        workflow: bool,
-        name: str | None = None,
-        queue: str | None = None,
-        priority: int = 0,
-        max_attempts: int = 3,
-        timeout: float | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        validator: Validator | None = None,
-        group: str | GroupFn | None = None,
-        on_success: Hook | None = None,
-        on_failure: Hook | None = None,
-    ) -> Task[Any, Any]:
-        task_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        if task_name in self.tasks and self.tasks[task_name].fn is not fn:
-            raise ValueError(f"two tasks are named {task_name!r}: give one of them name=...")
-        task: Task[Any, Any] = Task(
-            self,
-            fn,
-            name=task_name,
-            queue=queue or self.default_queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            retry=retry,
-            validator=validator,
-            group=group,
-            on_success=on_success,
-            on_failure=on_failure,
-            workflow=workflow,
-        )
-        self.tasks[task_name] = task
-        return task
+            return _registry.register(self, fn, workflow=True)
+        return lambda f: _registry.register(self, f, workflow=True, **options)
 
     def get_task(self, name: str) -> Task[Any, Any]:
-        try:
-            return self.tasks[name]
-        except KeyError:
-            known = ", ".join(sorted(self.tasks)) or "none"
-            raise UnknownTask(f"unknown task {name!r}; this app registers: {known}") from None
+        return _registry.find_task(self.tasks, name)
 
     def enqueue(self, task: str, /, *args: Any, **kwargs: Any) -> RunHandle:
         """Enqueue a registered task by name."""
@@ -247,29 +188,15 @@ class App(AsyncApp):
     ) -> RunHandle:
         """Enqueue a run of a task this process does not import (from the CLI, or from a
         service that only produces work). Its arguments are checked by the worker."""
-        if task in self.tasks:
-            return self.tasks[task].options(**options).enqueue(*args, **(kwargs or {}))
-        opts = EnqueueOptions(**options)
-        row = build_row(
-            self, check_name("task", task), args, kwargs or {}, opts, queue=self.default_queue
-        )
-        return self.insert_runs([row], conn=opts.sync_conn)[0]
+        return _enqueue.by_name(self, task, args, kwargs, options)
 
     # -- database access ----------------------------------------------------------------
 
     def _get_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         with self._lock:
             if self._pool is None or self._pool_pid != os.getpid():
-                dsn = self.dsn
-                db.connect(dsn).close()  # fail fast, in one line, on a bad DSN or server
-                pool = ConnectionPool(dsn, name="pgqueue", **db.app_pool_options(self.pool_size))
-                # With its first connection ready: a request made while that is still
-                # being opened grows the pool by one, and psycopg_pool hands out its
-                # connections in turn, so a caller enqueueing one run at a time would
-                # then alternate between two backends for good, about 80 us slower per
-                # call (bench/RESULTS.md).
-                pool.open(wait=True, timeout=db.POOL_TIMEOUT)  # closes itself on timeout
-                self._pool, self._pool_pid = pool, os.getpid()
+                self._pool = _pool.open_pool(self.dsn, self.pool_size)
+                self._pool_pid = os.getpid()
             return self._pool
 
     @contextlib.contextmanager
@@ -331,9 +258,8 @@ class App(AsyncApp):
         return op.handles(found, existing)
 
     def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
-        with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)}).fetchone()
-        return found_run(run_id, row)
+        with self.connection(conn) as c:
+            return _inspect.get_run(c, run_id)
 
     def list_runs(
         self,
@@ -343,22 +269,19 @@ class App(AsyncApp):
         task: str | None = None,
         limit: int = 50,
     ) -> list[Run]:
-        params = {"state": state, "queue": queue, "task": task, "limit": limit}
-        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
-            return [Run.from_row(r) for r in cur.execute(_sql.query("list_runs"), params)]
+        with self.connection() as c:
+            return _inspect.list_runs(c, state=state, queue=queue, task=task, limit=limit)
 
     def run_errors(self, run_id: int) -> list[dict[str, Any]]:
-        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
-            return cur.execute(_sql.query("run_errors"), {"id": run_id}).fetchall()
+        with self.connection() as c:
+            return _inspect.rows(c, "run_errors", {"id": run_id})
 
     def cancel(self, run_id: int, *, children: bool = False) -> bool:
         """Cancel a run that has not finished; a running one is told to stop, a waiting
         parent is woken. `children=True` cancels its child runs too. Returns False if the
         run had already finished."""
         with self.connection() as c:
-            params = {"id": check_run_id(run_id), "children": children}
-            row = c.execute(_sql.query("cancel"), params).fetchone()
-        return bool(row and row[0])
+            return _operator.cancel(c, run_id, children=children)
 
     def emit_event(
         self,
@@ -371,34 +294,19 @@ class App(AsyncApp):
     ) -> int:
         """Emit an event: wakes every workflow waiting for (event, key) at once, or after
         `delay` seconds. Joins the caller's transaction with `conn=`. Returns its id."""
-        check_name("event", event)
-        text = _json.dumps(
-            payload,
-            what=f"the payload of event {event!r}",
-            limit=self.max_payload_bytes,
-            max_depth=self.max_json_depth,
-        )
-        params = {
-            "event": event,
-            "key": check_key("event key", key),
-            "payload": text,
-            "delay": None if delay is None else check_seconds("delay", delay, zero=True),
-        }
+        params = _enqueue.event_params(self, event, key, payload, delay)
         with self.connection(self.caller_connection(conn)) as c:
-            row = c.execute(_sql.query("emit_event"), params).fetchone()
-        assert row is not None
-        return int(row[0])
+            return _enqueue.emit_event(c, params)
 
     def run_steps(self, run_id: int) -> list[dict[str, Any]]:
-        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
-            return cur.execute(_sql.query("run_steps"), {"id": run_id}).fetchall()
+        with self.connection() as c:
+            return _inspect.rows(c, "run_steps", {"id": run_id})
 
     def retry(self, run_id: int) -> bool:
         """Queue a finished run again for one more attempt (recorded in run_errors).
         Returns False if the run has not finished."""
         with self.connection() as c:
-            row = c.execute(_sql.query("retry"), {"id": check_run_id(run_id)}).fetchone()
-        return bool(row and row[0])
+            return _operator.retry(c, run_id)
 
     def set_limits(
         self, queue: str, *, concurrency: int | None, group_concurrency: int | None
@@ -406,41 +314,27 @@ class App(AsyncApp):
         """Change a queue's cluster-wide limits now (None: no limit); workers apply it to
         their next claim. A worker that starts with app.queue(...) declarations writes
         those back."""
-        for label, value in (
-            ("concurrency", concurrency),
-            ("group_concurrency", group_concurrency),
-        ):
-            if value is not None and not 1 <= value <= LIMIT_MAX:
-                raise OutOfRange(
-                    f"queue {queue!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "
-                    f"not {value}"
-                )
-        params = {
-            "queue": check_name("queue", queue),
-            "concurrency": concurrency,
-            "group_concurrency": group_concurrency,
-        }
+        _registry.check_limits(queue, concurrency, group_concurrency)
+        name = check_name("queue", queue)
         with self.connection() as c:
-            c.execute(_sql.query("set_queue_limits"), params)
+            _operator.set_limits(c, name, concurrency, group_concurrency)
 
     def groups(self, queue: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """The busiest groups (most running, then most queued), from pgqueue.groups."""
-        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
-            return cur.execute(
-                _sql.query("busiest_groups"), {"queue": queue, "limit": limit}
-            ).fetchall()
+        with self.connection() as c:
+            return _inspect.rows(c, "busiest_groups", {"queue": queue, "limit": limit})
 
     def set_paused(self, queue: str, paused: bool) -> None:
         with self.connection() as c:
-            c.execute(_sql.query("set_queue_paused"), {"queue": queue, "paused": paused})
+            _operator.set_paused(c, queue, paused)
 
     def queue_summary(self) -> list[dict[str, Any]]:
-        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
-            return cur.execute(_sql.query("queue_summary")).fetchall()
+        with self.connection() as c:
+            return _inspect.rows(c, "queue_summary")
 
     def list_workers(self) -> list[dict[str, Any]]:
-        with self.connection() as c, c.cursor(row_factory=dict_row) as cur:
-            return cur.execute(_sql.query("list_workers")).fetchall()
+        with self.connection() as c:
+            return _inspect.rows(c, "list_workers")
 
     # -- schedules ----------------------------------------------------------------------
 
@@ -498,12 +392,7 @@ class App(AsyncApp):
         definition = _schedules.define(
             self, name, cron, task, args=args, kwargs=kwargs, tz=tz, queue=queue, catch_up=catch_up
         )
-        if self.schedules.get(name, definition) != definition:
-            raise _schedules.InvalidSchedule(
-                f"two schedules are named {name!r}: give one of them name=..."
-            )
-        self.schedules[name] = definition
-        return definition
+        return _registry.add_schedule(self.schedules, name, definition)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule in the database (those of all apps), by name."""
@@ -545,8 +434,7 @@ class App(AsyncApp):
 
     def served_queues(self) -> list[str]:
         """Queues a worker serves by default: the declared ones and those of its tasks."""
-        names = {self.default_queue, *self.queues, *(t.queue for t in self.tasks.values())}
-        return sorted(names)
+        return sorted({self.default_queue, *self.queues, *(t.queue for t in self.tasks.values())})
 
     def worker(self, **options: Any) -> Worker:
         """A worker for this app; see pgqueue.worker.Worker for the options."""

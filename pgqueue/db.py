@@ -28,7 +28,7 @@ POOL_TIMEOUT = 10.0
 
 def app_pool_options(max_size: int) -> dict[str, Any]:
     """What the App's pools (sync and async) share. They start closed: the App opens
-    them waiting for their first connection (see App._get_pool)."""
+    them waiting for their first connection (see pgqueue._pool.open_pool)."""
     return {
         "min_size": 1,
         "max_size": max_size,

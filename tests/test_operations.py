@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pgqueue
 from pgqueue.retention import parse_duration
+from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import ROOT, InProcessWorker, WorkerProcess, scalar, wait_until
 from tests.sql.test_explain import plan, scans
-from tests.test_cli import assert_user_error, cli
 
 OPS_APP = "tests.apps.ops:app"
 WORKER = "00000000-0000-0000-0000-0000000000aa"

@@ -18,8 +18,8 @@ import pgqueue
 from pgqueue import schedules
 from pgqueue.schedules import due_ticks, next_ticks
 from pgqueue.worker._scheduler import Scheduler
+from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import InProcessWorker, WorkerProcess, scalar, wait_until
-from tests.test_cli import assert_user_error, cli
 
 OPS_APP = "tests.apps.ops:app"
 

@@ -12,26 +12,9 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue.cli import main
 from pgqueue.worker._gc import YOUNG_THRESHOLD
+from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import ROOT
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code if isinstance(exc.value.code, int) else 1
-    return code, out, err
-
-
-def assert_user_error(result: tuple[int, str, str], *fragments: str) -> None:
-    code, _, err = result
-    assert code == 2, result
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in err, err
 
 
 def test_enqueue_list_show_cancel_retry(capsys: Any, dsn: str, app: pgqueue.App) -> None:

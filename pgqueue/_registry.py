@@ -1,0 +1,111 @@
+"""The App's registry: queue declarations and their limits, and registering a function as
+a task or workflow under a stable name. App.task, App.workflow, App.queue and App.get_task
+call these with the App's own dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import schedules as _schedules
+from pgqueue.errors import OutOfRange, UnknownTask
+from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
+from pgqueue.tasks import GroupFn, Hook, Task, Validator, check_name
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+# pgqueue.queues.concurrency and group_concurrency are integers.
+LIMIT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+
+
+def check_limits(queue: str, concurrency: int | None, group_concurrency: int | None) -> None:
+    """OutOfRange unless each limit is None (no limit) or 1 to LIMIT_MAX."""
+    for label, value in (
+        ("concurrency", concurrency),
+        ("group_concurrency", group_concurrency),
+    ):
+        if value is not None and not 1 <= value <= LIMIT_MAX:
+            raise OutOfRange(
+                f"queue {queue!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "
+                f"not {value}"
+            )
+
+
+def declare_queue(
+    queues: dict[str, QueueConfig],
+    name: str,
+    concurrency: int | None,
+    group_concurrency: int | None,
+) -> QueueConfig:
+    check_limits(name, concurrency, group_concurrency)
+    config = QueueConfig(check_name("queue", name), concurrency, group_concurrency)
+    queues[name] = config
+    return config
+
+
+def register(
+    app: App,
+    fn: Callable[..., Any],
+    *,
+    workflow: bool,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int = 3,
+    timeout: float | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    validator: Validator | None = None,
+    group: str | GroupFn | None = None,
+    on_success: Hook | None = None,
+    on_failure: Hook | None = None,
+) -> Task[Any, Any]:
+    """The Task for `fn`, added to app.tasks (named module.qualname unless `name=`)."""
+    task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+    if task_name in app.tasks and app.tasks[task_name].fn is not fn:
+        raise ValueError(f"two tasks are named {task_name!r}: give one of them name=...")
+    task: Task[Any, Any] = Task(
+        app,
+        fn,
+        name=task_name,
+        queue=queue or app.default_queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        retry=retry,
+        validator=validator,
+        group=group,
+        on_success=on_success,
+        on_failure=on_failure,
+        workflow=workflow,
+    )
+    app.tasks[task_name] = task
+    return task
+
+
+def find_task(tasks: dict[str, Task[Any, Any]], name: str) -> Task[Any, Any]:
+    try:
+        return tasks[name]
+    except KeyError:
+        known = ", ".join(sorted(tasks)) or "none"
+        raise UnknownTask(f"unknown task {name!r}; this app registers: {known}") from None
+
+
+def add_schedule(
+    schedules: dict[str, _schedules.Schedule], name: str, definition: _schedules.Schedule
+) -> _schedules.Schedule:
+    """Record `definition` as schedule `name`; the same definition again is no change."""
+    if schedules.get(name, definition) != definition:
+        raise _schedules.InvalidSchedule(
+            f"two schedules are named {name!r}: give one of them name=..."
+        )
+    schedules[name] = definition
+    return definition

@@ -1,0 +1,113 @@
+"""`pgqueue queues`: per-queue counts, pause and resume, limits, the busiest groups."""
+
+from __future__ import annotations
+
+import click
+
+from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
+
+QUEUE_COLUMNS = [
+    "queue",
+    "paused",
+    "queued",
+    "scheduled",
+    "running",
+    "waiting",
+    "succeeded",
+    "failed",
+    "canceled",
+    "oldest_queued_seconds",
+    "concurrency",
+    "group_concurrency",
+]
+
+
+@click.group(invoke_without_command=True)
+@db_options
+@json_option
+@click.pass_context
+def queues(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool) -> None:
+    """Per-queue counts (or: pause / resume a queue)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app = open_app(dsn, embedded)
+    summary = app.queue_summary()
+    if as_json:
+        echo_json(summary)
+        return
+    table(summary, QUEUE_COLUMNS)
+    busiest = [g for g in app.groups(limit=5) if g["group_key"]]
+    if busiest:
+        click.echo("\nbusiest groups:")
+        table(busiest, ["queue", "group_key", "running", "queued", "deferred"])
+
+
+def _pause_command(name: str, paused: bool) -> None:
+    @queues.command(name)
+    @db_options
+    @click.argument("queue")
+    def command(dsn: str | None, embedded: bool, queue: str) -> None:
+        open_app(dsn, embedded).set_paused(queue, paused)
+        click.echo(f"queue {queue} {'paused' if paused else 'resumed'}")
+
+    command.__doc__ = (
+        "Stop workers claiming from QUEUE (running runs finish)."
+        if paused
+        else "Let workers claim from QUEUE again."
+    )
+
+
+_pause_command("pause", True)
+_pause_command("resume", False)
+
+
+@queues.command("set")
+@db_options
+@click.argument("queue")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(0, 2**31 - 1),
+    help="Max running runs of QUEUE across all workers (0: no limit).",
+)
+@click.option(
+    "--group-concurrency",
+    type=click.IntRange(0, 2**31 - 1),
+    help="Max running runs per group in QUEUE (0: no limit).",
+)
+def queues_set(
+    dsn: str | None,
+    embedded: bool,
+    queue: str,
+    concurrency: int | None,
+    group_concurrency: int | None,
+) -> None:
+    """Change QUEUE's cluster-wide limits now (workers apply them to their next claim)."""
+    app = open_app(dsn, embedded)
+    current = {q["queue"]: q for q in app.queue_summary()}.get(queue, {})
+    new_c = current.get("concurrency") if concurrency is None else (concurrency or None)
+    new_g = (
+        current.get("group_concurrency")
+        if group_concurrency is None
+        else (group_concurrency or None)
+    )
+    app.set_limits(queue, concurrency=new_c, group_concurrency=new_g)
+    click.echo(
+        f"queue {queue}: concurrency {new_c or 'unlimited'}, "
+        f"group_concurrency {new_g or 'unlimited'}"
+    )
+
+
+@queues.command("groups")
+@db_options
+@click.option("--queue")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
+@json_option
+def queues_groups(
+    dsn: str | None, embedded: bool, queue: str | None, limit: int, as_json: bool
+) -> None:
+    """The busiest groups: running (valid leases) and queued counts."""
+    rows = open_app(dsn, embedded).groups(queue, limit)
+    if as_json:
+        echo_json(rows)
+    else:
+        table(rows, ["queue", "group_key", "running", "queued", "deferred", "last_started_at"])

@@ -1,0 +1,99 @@
+"""`pgqueue runs`: list, show, cancel and retry runs."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from pgqueue._terminal import printable
+from pgqueue.cli._common import cell, db_options, echo_json, fail, json_option, open_app, table
+
+
+@click.group()
+def runs() -> None:
+    """Inspect and manage runs."""
+
+
+RUN_COLUMNS = ["id", "task", "queue", "state", "attempt", "max_attempts", "created_at", "error"]
+
+
+@runs.command("list")
+@db_options
+@click.option(
+    "--state",
+    type=click.Choice(
+        ["scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled"]
+    ),
+)
+@click.option("--queue")
+@click.option("--task")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000))
+@json_option
+def runs_list(
+    dsn: str | None,
+    embedded: bool,
+    state: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Newest runs first."""
+    app = open_app(dsn, embedded)
+    found = app.list_runs(state=state, queue=queue, task=task, limit=limit)
+    if as_json:
+        echo_json([r.to_json() for r in found])
+    else:
+        table([r.to_json() | {"created_at": r.created_at} for r in found], RUN_COLUMNS)
+
+
+@runs.command("show")
+@db_options
+@click.argument("run_id", type=int)
+@json_option
+def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> None:
+    """One run with its error history."""
+    app = open_app(dsn, embedded)
+    run = app.get_run(run_id)
+    errors = app.run_errors(run_id)
+    if as_json:
+        echo_json(run.to_json() | {"errors": errors, "steps": app.run_steps(run_id)})
+        return
+    for key, value in run.to_json().items():
+        shown = json.dumps(value) if key in ("args", "kwargs", "result") else cell(value)
+        click.echo(f"{key:>17}: {shown}")
+    for e in errors:
+        click.echo(
+            f"\nattempt {e['attempt']} [{printable(str(e['kind']))}] "
+            f"{e['created_at']:%Y-%m-%d %H:%M:%S}: {printable(str(e['message']))}"
+        )
+        if e["traceback"]:
+            click.echo(printable(e["traceback"].rstrip(), lines=True))
+
+
+@runs.command("cancel")
+@db_options
+@click.argument("run_id", type=int)
+@click.option("--children", is_flag=True, help="Cancel its child runs too.")
+def runs_cancel(dsn: str | None, embedded: bool, run_id: int, children: bool) -> None:
+    """Cancel a run that has not finished (a running one is told to stop)."""
+    app = open_app(dsn, embedded)
+    app.get_run(run_id)
+    if app.cancel(run_id, children=children):
+        click.echo(f"run {run_id} canceled")
+    else:
+        fail(f"run {run_id} has already finished; nothing to cancel")
+
+
+@runs.command("retry")
+@db_options
+@click.argument("run_id", type=int)
+def runs_retry(dsn: str | None, embedded: bool, run_id: int) -> None:
+    """Queue a finished run again for one more attempt."""
+    app = open_app(dsn, embedded)
+    app.get_run(run_id)
+    if app.retry(run_id):
+        click.echo(f"run {run_id} queued again")
+    else:
+        fail(f"run {run_id} has not finished; only finished runs can be retried")
