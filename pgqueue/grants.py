@@ -49,7 +49,7 @@ WORKER_TABLES = {
     "schedules": ("SELECT", "INSERT", "UPDATE"),
     "steps": ("SELECT", "INSERT", "UPDATE"),
     "workers": DML,
-    "zombie_permits": ("SELECT", "INSERT", "DELETE"),
+    "zombie_permits": DML,
 }
 
 

@@ -645,3 +645,42 @@ def test_a_threads_permit_counts_while_its_worker_beats(conn: psycopg.Connection
     # the worker's row goes (deregistered or pruned), and its threads' permits with it
     conn.execute("DELETE FROM pgqueue.workers")
     assert scalar_conn(conn, "SELECT count(*) FROM pgqueue.zombie_permits") == 0
+
+
+def test_a_canceled_running_attempt_keeps_its_permit_while_its_worker_beats(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """pgqueue.cancel() of a running run of a limited queue files its attempt's permit in
+    the same statement: no claim, however soon after the cancel, starts another body while
+    that attempt's code may still run (its worker stops it, or sees its thread return,
+    only later). A run whose lease had already expired holds nothing."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency, group_concurrency) VALUES ('q', 2, 1);
+        INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version)
+        VALUES ('00000000-0000-0000-0000-000000000002', 'h', 1, '{q}', 1, 'x');
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        SELECT 't', 'q', g, 'queued', true FROM unnest(ARRAY['a', 'a', 'b', 'c']) g;
+    """)
+    assert claim_limited(conn, 1) == [("a", "t")]
+    running = scalar_conn(conn, "SELECT id FROM pgqueue.runs WHERE state = 'running'")
+    # the attempt is another worker's (a live one), as a claim by that worker would leave it
+    conn.execute(
+        "UPDATE pgqueue.runs SET worker_id = '00000000-0000-0000-0000-000000000002' WHERE id = %s",
+        (running,),
+    )
+    assert scalar_conn(conn, "SELECT pgqueue.cancel(%s)", running) is True
+    held = conn.execute(
+        "SELECT run_id, group_key, lease_seconds > 20 FROM pgqueue.zombie_permits"
+    ).fetchall()
+    assert held == [(running, "a", True)]
+    # group a's only permit is the canceled attempt's; the queue has one more
+    assert claim_limited(conn, 10) == [("b", "t")]
+    # its worker saw the code end: the permit comes back
+    conn.execute("DELETE FROM pgqueue.zombie_permits")
+    conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() WHERE state = 'running'")
+    assert claim_limited(conn, 10) == [("a", "t"), ("c", "t")]
+    # a cancel of an attempt whose lease had expired (its worker is gone) files nothing
+    conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() WHERE state = 'running'")
+    for (run_id,) in conn.execute("SELECT id FROM pgqueue.runs WHERE state = 'running'"):
+        assert scalar_conn(conn, "SELECT pgqueue.cancel(%s)", run_id) is True
+    assert scalar_conn(conn, "SELECT count(*) FROM pgqueue.zombie_permits") == 0
