@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pgqueue import _sql
-from pgqueue.worker._service import Service
+from pgqueue.worker._service import Pool, Service
 
 if TYPE_CHECKING:
     from pgqueue.metrics import WorkerMetrics
-    from pgqueue.worker import Worker
 
 INTERVAL = 5.0
 
@@ -17,12 +16,13 @@ INTERVAL = 5.0
 class QueueDepth(Service):
     name = "queue depth"
 
-    def __init__(self, worker: Worker, metrics: WorkerMetrics) -> None:
-        super().__init__(worker)
+    def __init__(self, pool: Pool, queues: list[str], metrics: WorkerMetrics) -> None:
+        self.pool = pool
+        self.queues = queues
         self.metrics = metrics
 
     async def tick(self) -> float:
-        async with self.worker.pool.connection() as conn:
-            cur = await conn.execute(_sql.query("queue_depth"), {"queues": self.worker.queues})
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_sql.query("queue_depth"), {"queues": self.queues})
             self.metrics.set_depth(list(await cur.fetchall()))
         return INTERVAL
