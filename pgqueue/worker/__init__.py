@@ -30,10 +30,10 @@ from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tu
 from pgqueue.worker._transitions import Transitions
 from pgqueue.worker.attempt import Held
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.maintenance import queue_depth
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
 from pgqueue.worker.maintenance.loop_watch import LoopWatch
 from pgqueue.worker.maintenance.pruner import Pruner
-from pgqueue.worker.maintenance.queue_depth import QueueDepth
 from pgqueue.worker.maintenance.queue_limits import QueueLimits
 from pgqueue.worker.maintenance.rescuer import Rescuer
 from pgqueue.worker.maintenance.scheduler import Scheduler
@@ -105,21 +105,15 @@ class Worker:
         self.id = uuid.uuid4()
         self.stats: Counter[str] = Counter()
         self.transitions = Transitions(None)
-        self.executor = Executor(
-            app,
-            self.id,
-            concurrency,
-            self.lease_seconds,
-            self.stats,
-            self.transitions,
-        )
+        lease = self.lease_seconds
+        self.executor = Executor(app, self.id, concurrency, lease, self.stats, self.transitions)
         self.producer = Producer(
             app,
             self.executor,
             self.id,
             self.queues,
             concurrency,
-            self.lease_seconds,
+            lease,
             poll_interval,
             self.stats,
             max_runs=max_runs,
@@ -191,7 +185,7 @@ class Worker:
     async def run_async(self, burst: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
-        metrics = self._serve_metrics()
+        metrics = queue_depth.serve(self.metrics_port, self.transitions)
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).
         with shutdown.Signals(stop, self.grace, self.install_signal_handlers):
@@ -242,7 +236,7 @@ class Worker:
         if self.retention is not None:
             duties.append(Pruner(pool, self.retention).run())
         if metrics is not None:
-            duties.append(self._collect_metrics(pool, metrics))
+            duties.append(queue_depth.collect(pool, self.queues, metrics))
         if self.app.notify:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
@@ -273,36 +267,7 @@ class Worker:
             await producer.run(burst)
             await shutdown.drain(executor, self.completer, self.grace, self.stats)
         finally:
-            for t in background:
-                t.cancel()
-            # On Python 3.11, asyncio.wait_for (inside the pool's getconn) swallows a cancel
-            # that lands just as a connection is handed over, and that duty would then run
-            # on forever: cancel again until every duty has ended.
-            pending = set(background)
-            while pending:
-                _, pending = await asyncio.wait(pending, timeout=1)
-                for t in pending:
-                    t.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await shutdown.cancel(background)
             watch.stop()
             # in a thread: a renewal in flight is waited for, and the loop is not blocked
             await asyncio.to_thread(self.lease_keeper.stop)
-
-    def _serve_metrics(self) -> WorkerMetrics | None:
-        if self.metrics_port is None:
-            return None
-        from pgqueue.metrics import WorkerMetrics
-
-        metrics = WorkerMetrics()
-        metrics.serve(self.metrics_port)
-        self.transitions.metrics = metrics
-        return metrics
-
-    async def _collect_metrics(
-        self, pool: AsyncConnectionPool[Any], metrics: WorkerMetrics
-    ) -> None:
-        """Keep the queue depth gauges fresh; stop serving when the worker stops."""
-        try:
-            await QueueDepth(pool, self.queues, metrics).run()
-        finally:
-            metrics.close()

@@ -59,6 +59,21 @@ async def drain(
         log.warning("%d outcomes not written at exit", completer.unwritten)
 
 
+async def cancel(duties: list[asyncio.Task[None]]) -> None:
+    """Cancel the worker's duties and wait until every one has ended."""
+    for t in duties:
+        t.cancel()
+    # On Python 3.11, asyncio.wait_for (inside the pool's getconn) swallows a cancel that
+    # lands just as a connection is handed over, and that duty would then run on forever:
+    # cancel again until every duty has ended.
+    pending = set(duties)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=1)
+        for t in pending:
+            t.cancel()
+    await asyncio.gather(*duties, return_exceptions=True)
+
+
 class Signals:
     """SIGTERM and SIGINT set `stop` (the worker drains); a second one exits at once.
     Installed only from the main thread, and only when `install` is true."""

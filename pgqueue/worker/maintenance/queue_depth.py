@@ -1,4 +1,5 @@
-"""Reads the depth of the served queues from the database for the metrics gauges."""
+"""The metrics endpoint of a worker (`metrics_port`), and the duty that keeps its queue
+depth gauges fresh from the database."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pgqueue.worker._service import Pool, Service
 
 if TYPE_CHECKING:
     from pgqueue.metrics import WorkerMetrics
+    from pgqueue.worker._transitions import Transitions
 
 INTERVAL = 5.0
 
@@ -26,3 +28,24 @@ class QueueDepth(Service):
             cur = await conn.execute(_sql.query("queue_depth"), {"queues": self.queues})
             self.metrics.set_depth(list(await cur.fetchall()))
         return INTERVAL
+
+
+def serve(port: int | None, transitions: Transitions) -> WorkerMetrics | None:
+    """Serve the worker's metrics on `port` (None: no metrics); its transitions count
+    into them."""
+    if port is None:
+        return None
+    from pgqueue.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    metrics.serve(port)
+    transitions.metrics = metrics
+    return metrics
+
+
+async def collect(pool: Pool, queues: list[str], metrics: WorkerMetrics) -> None:
+    """Keep the queue depth gauges fresh; stop serving when the worker stops."""
+    try:
+        await QueueDepth(pool, queues, metrics).run()
+    finally:
+        metrics.close()
