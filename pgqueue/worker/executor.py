@@ -1,9 +1,9 @@
 """The executor: owns each attempt's whole life, from the claimed row the producer hands it
 to the outcome the completer writes. Async attempts run in an asyncio task on the loop;
 sync attempts of tasks without hooks run wholly in a worker thread (no asyncio task per
-run); timeouts, hooks, lost leases and the permits of threads that outlive their attempt
-are all kept here. The attempt itself (call the task, turn what happened into an Outcome)
-is attempt.py's."""
+run); timeouts, hooks, lost leases, runs whose arguments cannot be decoded and the
+permits of threads that outlive their attempt are all kept here. The attempt itself (call
+the task, turn what happened into an Outcome) is attempt.py's."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgqueue.runs import TERMINAL_STATES
 from pgqueue.worker import attempt as _attempt
+from pgqueue.worker import connection
+from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker._permits import ZombiePermits
 from pgqueue.worker._threads import DaemonThreads
@@ -198,6 +200,32 @@ class Executor:
             self.permits.keep(held).add_done_callback(lambda _: self.completer.post(outcome, held))
         else:
             self.completer.post(outcome, held)
+
+    def refuse_undecodable(self, rows: list[Claimed]) -> list[Claimed]:
+        """Fail, at once and for good, the claimed runs whose stored arguments could not
+        be decoded (another attempt would fail the same way); the others run. Asked by
+        the producer only when the claim's decoding made an Undecodable."""
+        kept = []
+        for row in rows:
+            args: Any = row.args  # typed as the loader gives them when it can
+            kwargs: Any = row.kwargs
+            if type(args) is connection.Undecodable:
+                what, bad = "args", args
+            elif type(kwargs) is connection.Undecodable:
+                what, bad = "kwargs", kwargs
+            else:
+                kept.append(row)
+                continue
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            self.transitions.started(held)
+            held.submitted = True
+            message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
+            log.error("run %s (%s): %s", row.id, row.task, message)
+            outcome = _attempt.failure(
+                held, "invalid_arguments", message, retry=None, with_traceback=False
+            )
+            self.completer.post(outcome, held)
+        return kept
 
     # -- outcomes and lost leases ------------------------------------------------------
 

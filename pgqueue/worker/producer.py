@@ -18,7 +18,6 @@ from uuid import UUID
 
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import semaphores
-from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
 from pgqueue.worker.attempt import Held
 from pgqueue.worker.connection import Undecodable
@@ -282,7 +281,7 @@ class Producer:
         claimed = len(rows)
         self.stats["claimed"] += claimed
         if Undecodable.made != undecodable:  # not per run: only when a document failed
-            rows = self._refuse_undecodable(rows)
+            rows = self.executor.refuse_undecodable(rows)
         rows.sort(key=lambda r: (r.priority, r.id))
         start = self._start_task
         assert start is not None  # set by open(), before any claim
@@ -308,32 +307,6 @@ class Producer:
         if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
             self._recycle(f"{self.max_runs} runs claimed (max_runs)")
         return claimed
-
-    def _refuse_undecodable(self, rows: list[Claimed]) -> list[Claimed]:
-        """Fail, at once and for good, the claimed runs whose stored arguments could not
-        be decoded (another attempt would fail the same way); the others run."""
-        assert self.completer is not None
-        kept = []
-        for row in rows:
-            args: Any = row.args  # typed as the loader gives them when it can
-            kwargs: Any = row.kwargs
-            if type(args) is Undecodable:
-                what, bad = "args", args
-            elif type(kwargs) is Undecodable:
-                what, bad = "kwargs", kwargs
-            else:
-                kept.append(row)
-                continue
-            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
-            self.executor.transitions.started(held)
-            held.submitted = True
-            message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
-            log.error("run %s (%s): %s", row.id, row.task, message)
-            outcome = _attempt.failure(
-                held, "invalid_arguments", message, retry=None, with_traceback=False
-            )
-            self.completer.post(outcome, held)
-        return kept
 
     # -- recycling --------------------------------------------------------------------
 
