@@ -213,7 +213,7 @@ class Worker:
         self.completer = Completer(pool, self.id, executor.written, producer.wake)
         executor.open(self.completer, stop)
         limits = QueueLimits(pool)
-        executor.permits.pool, executor.permits.limits = pool, limits
+        executor.permits.open(pool, limits)
         self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
         self.listener = Listener(
             self.app.dsn,

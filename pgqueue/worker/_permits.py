@@ -25,11 +25,17 @@ class ZombiePermits:
     def __init__(self, worker_id: UUID, lease_seconds: float) -> None:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
-        self.pool: Pool | None = None  # given once the worker's pool is open
+        self.pool: Pool | None = None  # given by open()
         self.limits: QueueLimits | None = None
         # the task filing each attempt's permit, until its thread returns
         self.filed: dict[Held, asyncio.Task[None]] = {}
         self._releases: set[asyncio.Task[None]] = set()
+
+    def open(self, pool: Pool, limits: QueueLimits) -> None:
+        """On the loop, before the first claim: where permits are filed, and which queues
+        have limits (only theirs are)."""
+        self.pool = pool
+        self.limits = limits
 
     def keep(self, held: Held) -> asyncio.Task[None]:
         """File `held` in pgqueue.zombie_permits (a limited queue's only), for as long as
