@@ -1,7 +1,7 @@
 """Retention: how long finished runs and events are kept, and the pruning itself.
 
-Workers prune on their own (pgqueue/worker/_pruner.py) with the Retention they are
-given; `pgqueue prune` and App.prune do it on demand. Deletes go in bounded batches, each
+Workers prune on their own (pgqueue/worker/maintenance/pruner.py) with the Retention they
+are given; `pgqueue prune` and App.prune do it on demand. Deletes go in bounded batches, each
 its own short statement, so pruning never holds many locks or a long transaction.
 """
 

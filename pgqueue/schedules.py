@@ -7,9 +7,9 @@ croniter's aliases (`@hourly`, `@daily`, ...).
 
 The rows live in pgqueue.schedules: every worker writes the schedules of its code there
 when it starts (`sync`), and its scheduler service fires due ticks (see
-pgqueue/worker/_scheduler.py). Each tick is enqueued with an idempotency key made of the
-schedule's name and the tick's instant, so a tick yields one run however many workers
-fire it.
+pgqueue/worker/maintenance/scheduler.py). Each tick is enqueued with an idempotency key
+made of the schedule's name and the tick's instant, so a tick yields one run however many
+workers fire it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -17,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 import pgqueue
 from pgqueue import schedules
 from pgqueue.schedules import due_ticks, next_ticks
-from pgqueue.worker._scheduler import Scheduler
+from pgqueue.worker.maintenance.scheduler import Scheduler
 from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import InProcessWorker, WorkerProcess, scalar, wait_until
 
@@ -246,7 +245,7 @@ def fire_round(dsn: str) -> int:
 
     async def main() -> int:
         async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, min_size=1) as pool:
-            return await Scheduler(SimpleNamespace(pool=pool)).fire_due()
+            return await Scheduler(pool).fire_due()
 
     return asyncio.run(main())
 
@@ -308,7 +307,7 @@ def test_many_rounds_at_once_enqueue_each_tick_once(
         async with AsyncConnectionPool(
             app.dsn, kwargs={"autocommit": True}, min_size=4, max_size=4
         ) as pool:
-            scheduler = Scheduler(SimpleNamespace(pool=pool))
+            scheduler = Scheduler(pool)
             return list(await asyncio.gather(*(scheduler.fire_due() for _ in range(4))))
 
     assert sum(asyncio.run(race())) == 1

@@ -7,18 +7,17 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from pgqueue import _sql
-from pgqueue.worker._service import DB_ERRORS, outage_delay
+from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
 
 if TYPE_CHECKING:
-    from pgqueue.worker import Worker
-    from pgqueue.worker._executor import Held
+    from pgqueue.worker.attempt import Held
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -44,14 +43,28 @@ class Outcome:
 
 
 # Told, once an outcome is written (True) or fenced out (False): a future someone awaits,
-# or the attempt's Held, for Worker.written (no future, no task to wake, no callback made
-# per run: the hot path of a run nobody waits for).
+# or the attempt's Held, for the completer's `written` (no future, no task to wake, no
+# callback made per run: the hot path of a run nobody waits for).
 Settle: TypeAlias = "asyncio.Future[bool] | Held"
 
 
 class Completer:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    """Writes outcomes for worker `worker_id` through `pool`, fenced by lease: an outcome
+    whose lease is no longer valid is not written. After each batch, `wrote()` is called
+    (permits came back: a claim may find room), and `written(held, outcome, written)` for
+    each outcome handed in with post()."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        worker_id: UUID,
+        written: Callable[[Held, Outcome, bool], None],
+        wrote: Callable[[], None],
+    ) -> None:
+        self.pool = pool
+        self.worker_id = worker_id
+        self.written = written
+        self.wrote = wrote
         self._pending: list[tuple[Outcome, Settle]] = []
         self._ready = asyncio.Event()
         self.unwritten = 0  # outcomes handed in and not settled yet
@@ -65,8 +78,8 @@ class Completer:
         return await future
 
     def post(self, outcome: Outcome, held: Held) -> None:
-        """Queue the outcome of `held`'s attempt for the next batch; the worker's
-        written(held, outcome, written) once settled."""
+        """Queue the outcome of `held`'s attempt for the next batch; written(held,
+        outcome, written) once settled."""
         self._add(outcome, held)
 
     def _add(self, outcome: Outcome, settle: Settle) -> None:
@@ -86,19 +99,19 @@ class Completer:
             batch, self._pending = self._pending, []
             if not batch:
                 continue
-            written = await self._write_with_retry([o for o, _ in batch])
+            ids = await self._write_with_retry([o for o, _ in batch])
             # Runs that left `running` gave their permits back: a claim of a limited
             # queue that found no room a moment ago may find some now.
-            worker = self.worker
-            worker.wake()
+            self.wrote()
+            tell = self.written
             for outcome, settle in batch:
-                done = outcome.id in written
+                done = outcome.id in ids
                 if isinstance(settle, asyncio.Future):
                     if not settle.done():
                         settle.set_result(done)
                 else:
                     try:
-                        worker.written(settle, outcome, done)
+                        tell(settle, outcome, done)
                     except Exception:
                         log.exception("run %s: internal error after its write", outcome.id)
             self.unwritten -= len(batch)
@@ -119,8 +132,8 @@ class Completer:
                 await asyncio.sleep(delay)
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:
-        params = complete_params(outcomes, self.worker.id)
-        async with self.worker.pool.connection() as conn:
+        params = complete_params(outcomes, self.worker_id)
+        async with self.pool.connection() as conn:
             cur = await conn.execute(_sql.query("complete"), params)
             return {row[0] for row in await cur.fetchall()}
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, TypeAlias
 
 import psycopg
-from psycopg_pool import PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgqueue import db
-
-if TYPE_CHECKING:
-    from pgqueue.worker import Worker
 
 log = logging.getLogger("pgqueue.worker")
 
 # Errors that mean "the database is unreachable right now": retry, never crash.
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+# The worker's connection pool, which every duty on the event loop shares.
+Pool: TypeAlias = AsyncConnectionPool[Any]
 
 
 def outage_delay(what: str, exc: BaseException, failures: int, base: float = 0.1) -> float:
@@ -31,12 +31,10 @@ def outage_delay(what: str, exc: BaseException, failures: int, base: float = 0.1
 class Service:
     """A periodic duty: `tick()` does one round and returns seconds until the next one.
     A database outage is logged and retried with backoff; a bug is logged too, since one
-    duty failing must not take the worker's other runs down with it."""
+    duty failing must not take the worker's other runs down with it. Each duty is given
+    only what it uses (the pool, its queues, its interval, a callback), never the Worker."""
 
     name = "service"
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
 
     async def tick(self) -> float:
         raise NotImplementedError

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from pgqueue.worker._completer import Outcome
-from pgqueue.worker._executor import Held
+from pgqueue.worker.attempt import Held
 
 if TYPE_CHECKING:
     from pgqueue.metrics import WorkerMetrics
@@ -78,7 +78,7 @@ class Transitions:
         seconds = time.monotonic() - began if began is not None else 0.0
         if outcome is None:
             if not held.released:
-                return  # lost or canceled: Worker.lose already logged it
+                return  # lost or canceled: Executor.lose already logged it
             event, state = "released", "queued"
         else:
             event, state = event_of(outcome, written), outcome.state

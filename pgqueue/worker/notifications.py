@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from pgqueue import _sql
-from pgqueue.worker._service import DB_ERRORS, outage_delay
+from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
 
 if TYPE_CHECKING:
-    from pgqueue.worker import Worker
-    from pgqueue.worker._executor import Held
+    from pgqueue.worker.attempt import Held
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -43,8 +43,27 @@ RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
 
 
 class Listener:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    """LISTENs on its own connection to `dsn` for the served `queues`: `wake()` on new
+    work, `lose(run_id, why)` for a run of `held` whose lease is no longer this worker's,
+    `refresh_limits()` when a queue's limits changed."""
+
+    def __init__(
+        self,
+        dsn: str,
+        pool: Pool,
+        queues: list[str],
+        held: set[Held],
+        wake: Callable[[], None],
+        lose: Callable[[int, str], None],
+        refresh_limits: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
+        self.dsn = dsn
+        self.pool = pool
+        self.queues = queues
+        self.held = held
+        self.wake = wake
+        self.lose = lose
+        self.refresh_limits = refresh_limits
         self.connected = asyncio.Event()
         self._cancels: set[int] = set()
         self._check_all = False
@@ -65,21 +84,21 @@ class Listener:
 
     async def _listen(self) -> None:
         failures = 0
-        served = set(self.worker.queues)
+        served = set(self.queues)
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.worker.app.dsn, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(f"LISTEN {QUEUED}")
                     await conn.execute(f"LISTEN {CANCEL}")
                     await conn.execute(f"LISTEN {CONFIG}")
                     self.connected.set()
                     failures = 0
-                    self.worker.wake()  # anything enqueued while we were not listening
+                    self.wake()  # anything enqueued while we were not listening
                     async for note in conn.notifies():
                         if note.channel == QUEUED:
                             if note.payload in served:
-                                self.worker.wake()
+                                self.wake()
                         elif note.channel == CANCEL:
                             self.cancel_hint(note.payload)
                         elif note.channel == CONFIG and note.payload in served:
@@ -112,7 +131,7 @@ class Listener:
             everything, self._check_all = self._check_all, False
             held = [
                 h
-                for h in self.worker.held
+                for h in self.held
                 if not h.submitted and not h.lost and (everything or h.id in ids)
             ]
             if not held:
@@ -134,11 +153,11 @@ class Listener:
             failures = 0
             for h in held:
                 if h.id not in still:
-                    self.worker.lose(h.id, "it was canceled (or its lease was taken)")
+                    self.lose(h.id, "it was canceled (or its lease was taken)")
 
     async def _still_held(self, held: list[Held]) -> set[int]:
         params = {"id": [h.id for h in held], "lease_token": [h.lease_token for h in held]}
-        async with self.worker.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             cur = await conn.execute(_sql.query("leases_held"), params)
             return {row[0] for row in await cur.fetchall()}
 
@@ -147,11 +166,11 @@ class Listener:
             await self._config_hint.wait()
             self._config_hint.clear()
             try:  # a limit changed or the queue was paused/resumed
-                await self.worker.queue_limits.refresh()
+                await self.refresh_limits()
             except DB_ERRORS as exc:
                 outage_delay("queue limits", exc, 1)  # its own tick tries again
             except Exception:
                 log.exception("queue limits: refresh failed; its own tick tries again")
-            self.worker.wake()
+            self.wake()
             # Notifications that arrive meanwhile make one more refresh, after this pause.
             await asyncio.sleep(CONFIG_EVERY)

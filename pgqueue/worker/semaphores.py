@@ -1,9 +1,9 @@
-"""Semaphores: which served queues have cluster-wide limits, and how to claim from them.
+"""Semaphores: how to claim from a queue with cluster-wide limits, and from one without.
 
 A queue with `concurrency` and/or `group_concurrency` is claimed by the SQL function
 pgqueue.claim_limited, which holds the queue's row lock for its one statement, so
 claimers of that queue take turns and count exactly. Queues without limits use the
-lock-free SKIP LOCKED claim.
+lock-free SKIP LOCKED claim. Which queues have limits: maintenance/queue_limits.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from psycopg.types.numeric import Int2, Int8
 
 from pgqueue import _sql
 from pgqueue.worker._claimed import Claimed, claimed_row
-from pgqueue.worker._service import Service
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -58,22 +57,6 @@ class ClaimMarks:
             self._marks[queue] = max((row.priority, row.id) for row in rows)
         else:
             self._marks.pop(queue, None)
-
-
-class QueueLimits(Service):
-    """Keeps worker.limited up to date (also refreshed at once on NOTIFY pgqueue_config)."""
-
-    name = "queue limits"
-    interval = 5.0
-
-    async def refresh(self) -> None:
-        async with self.worker.pool.connection() as conn:
-            cur = await conn.execute(_sql.query("queue_limits"))
-            self.worker.limited = {row[0] for row in await cur.fetchall()}
-
-    async def tick(self) -> float:
-        await self.refresh()
-        return self.interval
 
 
 async def claim(

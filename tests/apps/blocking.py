@@ -1,4 +1,4 @@
-"""Tasks for tests/test_blocked_loop.py: async task code that blocks the event loop."""
+"""Tasks for tests/worker/test_blocked_loop.py: async task code that blocks the event loop."""
 
 from __future__ import annotations
 

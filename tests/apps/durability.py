@@ -1,4 +1,4 @@
-"""Tasks for tests/test_durability.py, run by real worker processes.
+"""Tasks for tests/worker/test_durability.py, run by real worker processes.
 
 Every execution of a task body is recorded in table `executions` (EXECUTIONS_DDL): one row
 per execution, inserted when the body starts and updated when it ends, with wall-clock

@@ -1,4 +1,4 @@
-"""Tasks for tests/test_hostile.py: task code that misbehaves, run by real worker processes.
+"""Tasks for tests/worker/test_hostile.py: task code that misbehaves, run by real worker processes.
 
 Every task body that starts writes a row to `executions` (EXECUTIONS_DDL) and sets its
 `ended` when it ends, so that a test can count how many times a run's body ran.

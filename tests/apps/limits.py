@@ -1,4 +1,4 @@
-"""Tasks for tests/test_semaphores.py: each records when it starts and ends."""
+"""Tasks for tests/worker/test_semaphores.py: each records when it starts and ends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks for tests/test_recycling.py."""
+"""Tasks for tests/worker/test_recycling.py."""
 
 from __future__ import annotations
 

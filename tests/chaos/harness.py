@@ -101,7 +101,7 @@ MAX_CONNECTIONS = 60
 
 
 class PrivateServer:
-    """An embedded PostgreSQL of this session's own (see tests/test_durability.py)."""
+    """An embedded PostgreSQL of this session's own (see tests/worker/test_durability.py)."""
 
     def __init__(self, server: Any) -> None:
         self.server = server

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from pgqueue import _sql
-from pgqueue.worker import _configure_connection
 from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker.connection import configure_connection
 from pgqueue.worker.semaphores import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -174,7 +174,7 @@ def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
 
     async def plans(generic_plans: bool) -> tuple[int, int]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-            await _configure_connection(aconn, generic_plans=generic_plans)
+            await configure_connection(aconn, generic_plans=generic_plans)
             for _ in range(8):
                 await aconn.execute(_sql.query("claim"), claim, prepare=True)
             cur = await aconn.execute(

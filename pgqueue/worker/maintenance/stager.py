@@ -4,19 +4,31 @@ arrived without waking them (the safety net behind the direct wake-ups)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, LiteralString
 
 from pgqueue import _sql
-from pgqueue.worker._service import Service
+from pgqueue.worker._service import Pool, Service
 
 BATCH = 1000
 SAFETY_NET_EVERY = 5  # ticks
 
 
 class Stager(Service):
+    """Stages the due runs of `queues` every `interval` seconds at most (sooner when the
+    next one is due sooner); `staged()` is called when a round made some ready."""
+
     name = "stager"
     ticks = 0
+
+    def __init__(
+        self, pool: Pool, queues: list[str], interval: float, staged: Callable[[], None]
+    ) -> None:
+        self.pool = pool
+        self.queues = queues
+        self.interval = interval
+        self.staged = staged
 
     async def stage(self) -> tuple[int, datetime | None]:
         """One pass over the served queues: runs made ready, and the earliest time at
@@ -27,8 +39,8 @@ class Stager(Service):
         queries = ["stage_due", "wake_expired_waits"]
         if self.ticks % SAFETY_NET_EVERY == 1:
             queries.append("wake_waiters")
-        async with self.worker.pool.connection() as conn:
-            for queue in self.worker.queues:
+        async with self.pool.connection() as conn:
+            for queue in self.queues:
                 for name in queries:
                     staged, due = await self._drain(conn, _sql.query(name), queue)
                     total += staged
@@ -49,13 +61,13 @@ class Stager(Service):
     async def tick(self) -> float:
         staged, next_due = await self.stage()
         if staged:
-            self.worker.wake()
-        interval = self.worker.stage_interval
+            self.staged()
+        interval = self.interval
         if next_due is None:
             return interval
         # Sleep until the next run is due (on the database clock), but never longer
         # than the interval, so that runs scheduled meanwhile are seen too.
-        async with self.worker.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             cur = await conn.execute("SELECT extract(epoch FROM %s - now())::float8", (next_due,))
             row = await cur.fetchone()
         wait = float(row[0]) if row else interval

@@ -7,13 +7,9 @@ from __future__ import annotations
 import logging
 import random
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from pgqueue.retention import Retention, prune_step
-from pgqueue.worker._service import Service
-
-if TYPE_CHECKING:
-    from pgqueue.worker import Worker
+from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -23,8 +19,8 @@ MAX_BATCHES = 50  # per round; a larger backlog continues in the next round, soo
 class Pruner(Service):
     name = "pruner"
 
-    def __init__(self, worker: Worker, retention: Retention) -> None:
-        super().__init__(worker)
+    def __init__(self, pool: Pool, retention: Retention) -> None:
+        self.pool = pool
         self.retention = retention
 
     async def tick(self) -> float:
@@ -34,7 +30,7 @@ class Pruner(Service):
             targets.append((None, retention.events))
         batches = 0
         deleted: dict[str, int] = {}
-        async with self.worker.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             for state, age in targets:
                 while batches < MAX_BATCHES:
                     query, params = prune_step(state, age, retention.batch)

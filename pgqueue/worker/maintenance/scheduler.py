@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from pgqueue import _sql
 from pgqueue.schedules import due_ticks, tick_key
-from pgqueue.worker._service import Service
+from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -30,15 +29,15 @@ class SchedulerRollback(Exception):
 class Scheduler(Service):
     name = "scheduler"
 
-    def __init__(self, worker: Any) -> None:
-        super().__init__(worker)
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
         self._broken: set[tuple[str, str, str]] = set()
 
     async def tick(self) -> float:
         advanced = BATCH
         while advanced >= BATCH:
             advanced = await self.fire_due()
-        async with self.worker.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             cur = await conn.execute(_sql.query("schedules_next_due"))
             row = await cur.fetchone()
         wait = float(row[0]) if row and row[0] is not None else MAX_SLEEP
@@ -50,7 +49,7 @@ class Scheduler(Service):
 
     async def fire_due(self) -> int:
         """One round: fire what is due now. Returns how many schedules it advanced."""
-        async with self.worker.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(_sql.query("schedules_due"), {"limit": BATCH})
             due = await cur.fetchall()
             if not due:

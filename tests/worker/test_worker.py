@@ -272,7 +272,7 @@ def test_async_task_that_finishes_without_suspending(app: pgqueue.App) -> None:
 
 def test_each_async_body_runs_in_its_own_asyncio_task(app: pgqueue.App) -> None:
     """Whatever the interpreter (on 3.12+ an attempt's task starts eagerly, its first
-    step inside Worker._claim), an async body's code runs in its own asyncio task from
+    step inside Producer._claim), an async body's code runs in its own asyncio task from
     its first line: asyncio.current_task() is its own, a ContextVar it sets is seen by no
     other run, and an asyncio.timeout it opens before its first await cancels only it."""
     var: contextvars.ContextVar[int | None] = contextvars.ContextVar("var", default=None)
@@ -299,7 +299,7 @@ def test_each_async_body_runs_in_its_own_asyncio_task(app: pgqueue.App) -> None:
     assert all(seen[i][:2] == (None, i) and seen[i][3] for i in range(20))
     tasks = [seen[i][2] for i in range(20)]  # kept alive here: identities cannot repeat
     assert len({id(t) for t in tasks}) == 20
-    assert all(t is not None and t.get_coro().__qualname__ == "Worker._execute" for t in tasks)
+    assert all(t is not None and t.get_coro().__qualname__ == "Executor.execute" for t in tasks)
 
 
 def test_unknown_task_fails_without_blocking_the_queue(app: pgqueue.App) -> None:
@@ -611,14 +611,15 @@ def test_two_claims_in_flight_stay_within_the_concurrency(
     worker = in_process.worker
     taken: list[int] = []  # slots held or asked for, as each claim starts
     asked: list[int] = []  # slots asked for by the claims on their way, then
-    claim = worker._claim
+    producer = worker.producer
+    claim = producer._claim
 
     async def spy(queue: str, limit: int) -> int:
-        taken.append(len(worker.held) + worker._reserved)
-        asked.append(worker._reserved)
+        taken.append(len(worker.held) + producer.reserved)
+        asked.append(producer.reserved)
         return await claim(queue, limit)
 
-    worker._claim = spy  # type: ignore[method-assign]
+    producer._claim = spy  # type: ignore[method-assign]
     with in_process:
         wait_until(
             lambda: (
@@ -678,19 +679,19 @@ def test_burst_returns_once_every_outcome_is_written(
 def test_the_workers_json_loader_agrees_with_json_loads(text: str) -> None:
     """The worker's jsonb loader (args, kwargs) takes shortcuts; it must read what
     json.loads reads, from str and from bytes."""
-    from pgqueue.worker import _loads_json
+    from pgqueue.worker.connection import loads_json
 
-    assert _loads_json(text) == json.loads(text)
-    assert _loads_json(text.encode()) == json.loads(text)
+    assert loads_json(text) == json.loads(text)
+    assert loads_json(text.encode()) == json.loads(text)
 
 
 @pytest.mark.parametrize("text", ["", "[1", "[1] x", "nope"])
 def test_the_workers_json_loader_rejects_what_json_loads_rejects(text: str) -> None:
     """Without raising: psycopg decodes a whole claim at once (see Undecodable)."""
-    from pgqueue.worker import Undecodable, _loads_json
+    from pgqueue.worker.connection import Undecodable, loads_json
 
     with pytest.raises(json.JSONDecodeError) as expected:
         json.loads(text)
-    refused = _loads_json(text.encode())
+    refused = loads_json(text.encode())
     assert isinstance(refused, Undecodable)
     assert refused.why == f"not JSON ({expected.value})"

@@ -21,7 +21,7 @@ from pgqueue.worker._completer import Outcome
 from pgqueue.workflows import Durable, Suspend
 
 if TYPE_CHECKING:
-    from pgqueue.worker import Worker
+    from pgqueue.worker.executor import Executor
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -88,7 +88,7 @@ def failure(
     )
 
 
-def _check(worker: Worker, held: Held, task: Task[Any, Any] | None) -> Outcome | None:
+def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outcome | None:
     """The failure of an attempt that cannot start (unknown task, invalid arguments)."""
     row = held.row
     if task is None:
@@ -96,7 +96,7 @@ def _check(worker: Worker, held: Held, task: Task[Any, Any] | None) -> Outcome |
             held,
             "unknown_task",
             f"unknown task {row.task!r}: no task of that name is registered in the app "
-            f"this worker runs ({worker.app_label}); deploy it or cancel the run",
+            f"this worker runs ({executor.app_label}); deploy it or cancel the run",
             retry=DEFAULT_RETRY,
         )
     try:
@@ -141,7 +141,7 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
     return failure(held, "error", exc, retry=task.retry)
 
 
-def _returned(worker: Worker, held: Held, task: Task[Any, Any], result: Any) -> Outcome | None:
+def _returned(executor: Executor, held: Held, task: Task[Any, Any], result: Any) -> Outcome | None:
     """The outcome of an attempt whose task returned `result` (None: write nothing)."""
     if held.lost or held.released:
         return None
@@ -151,27 +151,27 @@ def _returned(worker: Worker, held: Held, task: Task[Any, Any], result: Any) -> 
         text = _json.dumps(
             result,
             what=f"the result of task {task.name!r}",
-            limit=worker.app.max_payload_bytes,
-            max_depth=worker.app.max_json_depth,
+            limit=executor.app.max_payload_bytes,
+            max_depth=executor.app.max_json_depth,
         )
     except (TypeError, ValueError) as exc:
         return failure(held, "bad_result", exc, retry=None, with_traceback=False)
     return Outcome(held.id, held.lease_token, "succeeded", result=text)
 
 
-async def attempt(worker: Worker, held: Held) -> Outcome | None:
+async def attempt(executor: Executor, held: Held) -> Outcome | None:
     """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
-    task = worker.app.tasks.get(held.row.task)
-    refused = _check(worker, held, task)
+    task = executor.app.tasks.get(held.row.task)
+    refused = _check(executor, held, task)
     if refused is not None or task is None:
         return refused
     try:
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
             args = task.run_ctx_args(held.ctx, held.row.args)
             coro = task.fn(*args, **held.row.kwargs)
-            result = await _await_async(worker, held, coro, held.row.timeout_seconds)
+            result = await _await_async(executor, held, coro, held.row.timeout_seconds)
         else:
-            result = await _invoke_in_thread(worker, held, task)
+            result = await _invoke_in_thread(executor, held, task)
     except asyncio.CancelledError:
         if held.lost or held.released:
             return None
@@ -180,7 +180,7 @@ async def attempt(worker: Worker, held: Held) -> Outcome | None:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: see raised()
         return raised(held, task, exc)
-    return _returned(worker, held, task, result)
+    return _returned(executor, held, task, result)
 
 
 def in_thread(task: Task[Any, Any] | None) -> bool:
@@ -194,26 +194,26 @@ def in_thread(task: Task[Any, Any] | None) -> bool:
     )
 
 
-def attempt_in_thread(worker: Worker, held: Held, task: Task[Any, Any]) -> Outcome | None:
+def attempt_in_thread(executor: Executor, held: Held, task: Task[Any, Any]) -> Outcome | None:
     """attempt() for a sync task, run wholly in the worker thread that calls the task:
     no asyncio task or future per run, and the outcome built off the event loop. Its
-    timeout is kept by the loop (Worker._time_out), which writes the failure while this
+    timeout is kept by the loop (Executor.time_out), which writes the failure while this
     thread runs on. None means: write nothing."""
-    refused = _check(worker, held, task)
+    refused = _check(executor, held, task)
     if refused is not None:
         return refused
     try:
-        result = _call(worker, held, task)()
+        result = _call(executor, held, task)()
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this run's failure
         return raised(held, task, exc)
-    return _returned(worker, held, task, result)
+    return _returned(executor, held, task, result)
 
 
-def _call(worker: Worker, held: Held, task: Task[Any, Any]) -> Callable[[], Any]:
+def _call(executor: Executor, held: Held, task: Task[Any, Any]) -> Callable[[], Any]:
     """A sync task's call for this attempt, inside the app's sync wrappers."""
     if task.workflow:
         held.ctx._durable = Durable(
-            worker.app,
+            executor.app,
             held.id,
             held.lease_token,
             held.row.attempt,
@@ -221,15 +221,15 @@ def _call(worker: Worker, held: Held, task: Task[Any, Any]) -> Callable[[], Any]
         )
     args = task.run_ctx_args(held.ctx, held.row.args)
     call = functools.partial(task.fn, *args, **held.row.kwargs)
-    app = worker.app
+    app = executor.app
     return app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
 
 
-async def _invoke_in_thread(worker: Worker, held: Held, task: Task[Any, Any]) -> Any:
+async def _invoke_in_thread(executor: Executor, held: Held, task: Task[Any, Any]) -> Any:
     """A sync task with a hook (attempt_in_thread runs those without one): the call in a
     thread, awaited here."""
     timeout = held.row.timeout_seconds
-    held.invocation = worker.threads.submit(_call(worker, held, task))
+    held.invocation = executor.threads.submit(_call(executor, held, task))
     if timeout is None:
         return await held.invocation  # nothing cancels the attempt's asyncio task
     # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
@@ -247,21 +247,21 @@ def timeout_message(timeout: float) -> str:
 
 
 async def _await_async(
-    worker: Worker, held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None
+    executor: Executor, held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None
 ) -> Any:
     """Await an async task's coroutine in the attempt's own asyncio task (no task of its
     own: one less per run, and a coroutine that does not suspend finishes at once).
     Held.stop() cancels the attempt's task while `held.awaiting` is set, i.e. only while
     the task's code runs; attempt() then writes nothing (the run is lost or released, or
     its timeout's failure was handed in by _expire)."""
-    # the attempt's own task (Worker._execute), known without asking the loop
+    # the attempt's own task (Executor.execute), known without asking the loop
     current = held.task if held.task is not None else asyncio.current_task()
     held.awaiting = current
     # Not asyncio.timeout: a coroutine that swallows the CancelledError would then never
     # have its timeout recorded. The timer writes the failure whatever the code does.
     timer = None
     if timeout is not None:
-        timer = asyncio.get_running_loop().call_later(timeout, _expire, worker, held, timeout)
+        timer = asyncio.get_running_loop().call_later(timeout, _expire, executor, held, timeout)
     try:
         return await coro
     except asyncio.CancelledError:
@@ -274,11 +274,11 @@ async def _await_async(
             timer.cancel()
 
 
-def _expire(worker: Worker, held: Held, timeout: float) -> None:
+def _expire(executor: Executor, held: Held, timeout: float) -> None:
     """On the loop: an async attempt ran past its task's timeout. Its failure goes to the
     completer now, whether or not the coroutine lets itself be cancelled; its slot stays
-    busy until the coroutine ends (Worker._execute frees it)."""
-    task = worker.app.tasks.get(held.row.task)
+    busy until the coroutine ends (Executor.execute frees it)."""
+    task = executor.app.tasks.get(held.row.task)
     if held.submitted or held.lost or held.released or task is None:
         return
     exc = AttemptTimeout(timeout_message(timeout))
@@ -286,13 +286,13 @@ def _expire(worker: Worker, held: Held, timeout: float) -> None:
     held.submitted = True
     held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
     held.stop()
-    worker.timed_out(held, outcome)
+    executor.timed_out(held, outcome)
 
 
-async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
+async def run_hook(executor: Executor, held: Held, outcome: Outcome) -> None:
     """on_success / on_failure, once the terminal write is confirmed. Their errors are
     logged and never change the run's outcome."""
-    task = worker.app.tasks.get(held.row.task)
+    task = executor.app.tasks.get(held.row.task)
     if task is None:
         return
     if outcome.state == "succeeded" and task.on_success is not None:
@@ -306,8 +306,8 @@ async def run_hook(worker: Worker, held: Held, outcome: Outcome) -> None:
             await hook(held.ctx, value)
         else:
             call = functools.partial(hook, held.ctx, value)
-            app = worker.app
-            await worker.threads.submit(
+            app = executor.app
+            await executor.threads.submit(
                 app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
             )
     except (asyncio.CancelledError, GeneratorExit):

@@ -1,0 +1,90 @@
+"""How the worker talks to the database: its connection pool, the settings of its
+connections, and the JSON loader they decode args and kwargs with."""
+
+from __future__ import annotations
+
+import functools
+import json
+import json.scanner
+from typing import Any, cast
+from uuid import UUID
+
+from psycopg import AsyncConnection
+from psycopg.types.json import set_json_loads
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue import db
+
+
+def open_pool(dsn: str, worker_id: UUID, *, generic_plans: bool) -> AsyncConnectionPool[Any]:
+    """The worker's pool (not opened yet), shared by the claims, the completer and the
+    duties on the event loop."""
+    return AsyncConnectionPool(
+        dsn,
+        min_size=2,
+        max_size=4,
+        kwargs={"autocommit": True},
+        timeout=5,
+        reconnect_timeout=db.RECONNECT_TIMEOUT,
+        open=False,
+        name=f"pgqueue-worker-{worker_id.hex[:8]}",
+        configure=functools.partial(configure_connection, generic_plans=generic_plans),
+    )
+
+
+_decoder = json.JSONDecoder()
+_decode_json = _decoder.decode
+_scan_json = json.scanner.make_scanner(cast(Any, _decoder))  # what decode() calls
+
+
+class Undecodable:
+    """What loads_json gives for a document it cannot decode (too deep for Python's
+    decoder, not JSON), instead of raising: psycopg decodes a claim's rows all at once,
+    after the claim committed, and one bad document must not orphan the whole batch.
+    The executor fails the runs that hold one (Executor.refuse_undecodable)."""
+
+    __slots__ = ("why",)
+    made = 0  # ever made, in this process: a claim looks for them only when this moved
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        Undecodable.made += 1
+
+
+def loads_json(data: str | bytes) -> Any:
+    """json.loads for the worker's connections, with the common empty kwargs and args
+    made without a parse (a claim loads two documents per run). Other documents go
+    straight to the decoder's scanner, as jsonb's text has no whitespace around the
+    value (0.3 us against 0.7 for JSONDecoder.decode per document); anything
+    else takes the full decode, for its error message. Never raises: see Undecodable."""
+    if data == b"{}":
+        return {}
+    if data == b"[]":
+        return []
+    try:
+        text = data if isinstance(data, str) else data.decode()
+        try:
+            value, end = _scan_json(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):
+            return _decode_json(text)
+    except RecursionError as exc:
+        return Undecodable(f"nested deeper than Python's JSON decoder can go ({exc})")
+    except ValueError as exc:
+        return Undecodable(f"not JSON ({exc})")
+    return value
+
+
+async def configure_connection(conn: AsyncConnection[Any], *, generic_plans: bool) -> None:
+    set_json_loads(loads_json, conn)
+    if not generic_plans:
+        return
+    # The worker's statements are prepared (psycopg prepares a statement on its fifth
+    # run) and written for generic plans: tests/test_explain.py checks each under this
+    # setting. Left to choose, the server re-plans the claim on every call (a LIMIT
+    # parameter makes the generic plan look 100x dearer than a custom one): about a
+    # tenth of the server's time per run, measured in bench/RESULTS.md. A session
+    # setting: not with notifications off, the setting for transaction-mode poolers,
+    # where it would land on a server connection that other clients share.
+    await conn.execute("SET plan_cache_mode = force_generic_plan")

@@ -1,0 +1,166 @@
+"""The lease keeper: renews every lease this worker holds in one statement, from a thread
+of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from pgqueue import _sql
+from pgqueue.worker._claimed import Claimed
+from pgqueue.worker._service import DB_ERRORS, outage_delay
+
+log = logging.getLogger("pgqueue.worker")
+
+
+class LeaseKeeper:
+    """Renews the leases of the runs this worker claimed, and beats its heartbeat, every
+    third of the lease, on a connection and a thread of its own: a task that blocks the
+    event loop (time.sleep in an async task) does not cost the worker its leases.
+
+    What to renew: before each renewal the thread asks the loop for the leases it holds
+    (`held()`, called on the loop only). When the loop
+    does not answer within SNAPSHOT_WAIT (task code blocks it), the thread renews what the
+    last answer held plus the rows of every claim since (add(): one append per claim, no
+    cost per run); leases that ended meanwhile are fenced out by their tokens and are
+    simply not renewed. A lease held and not renewed was lost: `lost(leases)` is called on
+    the loop (which stops those attempts) once it runs again."""
+
+    name = "lease keeper"
+    SNAPSHOT_WAIT = 0.5  # seconds the thread waits for the loop's list of held leases
+
+    def __init__(
+        self,
+        dsn: str,
+        worker_id: UUID,
+        lease_seconds: float,
+        held: Callable[[], list[tuple[int, str]]],
+        lost: Callable[[list[tuple[int, str]]], None],
+    ) -> None:
+        self.dsn = dsn
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.held = held
+        self.lost = lost
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._claims: deque[Sequence[Claimed]] = deque()  # since the last snapshot
+        self._leases: dict[tuple[int, str], None] = {}  # the thread's own
+        self._handshake = threading.Lock()  # a snapshot is taken, or given up, not both
+        self._stopped = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="pgqueue-leases", daemon=True)
+
+    def add(self, rows: Sequence[Claimed]) -> None:
+        """On the loop: a claim landed; its rows are held under lease from now on."""
+        self._claims.append(rows)
+
+    def start(self) -> None:
+        """On the loop, whose held leases it renews."""
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the worker stops); waits for a renewal in flight, briefly."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        failures = 0
+        delay = 0.0
+        while not self._stopped.wait(delay):
+            try:
+                delay = self.renew()
+                failures = 0
+            except DB_ERRORS as exc:
+                failures += 1
+                self._close()
+                # never sleep past a third of the lease: one try must land before it ends
+                delay = min(outage_delay(self.name, exc, failures, base=0.2), self._every())
+            except Exception:
+                failures += 1
+                self._close()
+                delay = min(5.0, 0.2 * 2**failures, self._every())
+                log.exception("%s failed; retrying in %.1fs", self.name, delay)
+        self._close()
+
+    def _every(self) -> float:
+        return self.lease_seconds / 3
+
+    def renew(self) -> float:
+        """One renewal (in the thread): seconds until the next one."""
+        snapshot = self._snapshot()
+        if snapshot is not None:
+            self._leases = leases = dict.fromkeys(snapshot)
+        else:
+            leases = self._leases
+            while self._claims:
+                for row in self._claims.popleft():
+                    leases[(row.id, row.lease_token)] = None
+        if self._conn is None or self._conn.closed:
+            # a connect that hangs must not outlast the lease it is meant to renew
+            timeout = max(2, int(self._every()))
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeout)
+        held = list(leases)
+        params = {
+            "worker_id": self.worker_id,
+            "lease_seconds": self.lease_seconds,
+            "id": [run_id for run_id, _ in held],
+            "lease_token": [token for _, token in held],
+        }
+        cur = self._conn.execute(_sql.query("renew_leases"), params)
+        renewed = {(row[0], row[1]) for row in cur}
+        lost = [lease for lease in held if lease not in renewed]
+        for lease in lost:
+            del leases[lease]
+        if lost:  # those the loop still holds when it gets this (it may be blocked)
+            self._to_loop(self.lost, lost)
+        return self._every()
+
+    def _snapshot(self) -> list[tuple[int, str]] | None:
+        """In the thread: the leases the loop holds now, or None if it does not answer."""
+        answer: list[list[tuple[int, str]]] = []
+        answered = threading.Event()
+        abandoned = False
+
+        def take() -> None:  # on the loop
+            with self._handshake:
+                if abandoned:
+                    return
+                # claims up to now are held on the loop: this snapshot covers them
+                self._claims.clear()
+                answer.append(self.held())
+            answered.set()
+
+        if not self._to_loop(take):
+            return None
+        answered.wait(self.SNAPSHOT_WAIT)
+        with self._handshake:
+            if not answer:
+                abandoned = True
+                return None
+        return answer[0]
+
+    def _to_loop(self, callback: Any, *args: Any) -> bool:
+        loop = self._loop
+        try:
+            if loop is not None:
+                loop.call_soon_threadsafe(callback, *args)
+                return True
+        except RuntimeError:  # the loop is closed: the worker has stopped
+            pass
+        return False
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken one, closed as well as it can be
+                conn.close()

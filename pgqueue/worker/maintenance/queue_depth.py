@@ -1,0 +1,51 @@
+"""The metrics endpoint of a worker (`metrics_port`), and the duty that keeps its queue
+depth gauges fresh from the database."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pgqueue import _sql
+from pgqueue.worker._service import Pool, Service
+
+if TYPE_CHECKING:
+    from pgqueue.metrics import WorkerMetrics
+    from pgqueue.worker._transitions import Transitions
+
+INTERVAL = 5.0
+
+
+class QueueDepth(Service):
+    name = "queue depth"
+
+    def __init__(self, pool: Pool, queues: list[str], metrics: WorkerMetrics) -> None:
+        self.pool = pool
+        self.queues = queues
+        self.metrics = metrics
+
+    async def tick(self) -> float:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_sql.query("queue_depth"), {"queues": self.queues})
+            self.metrics.set_depth(list(await cur.fetchall()))
+        return INTERVAL
+
+
+def serve(port: int | None, transitions: Transitions) -> WorkerMetrics | None:
+    """Serve the worker's metrics on `port` (None: no metrics); its transitions count
+    into them."""
+    if port is None:
+        return None
+    from pgqueue.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    metrics.serve(port)
+    transitions.metrics = metrics
+    return metrics
+
+
+async def collect(pool: Pool, queues: list[str], metrics: WorkerMetrics) -> None:
+    """Keep the queue depth gauges fresh; stop serving when the worker stops."""
+    try:
+        await QueueDepth(pool, queues, metrics).run()
+    finally:
+        metrics.close()

@@ -1,0 +1,333 @@
+"""The producer: the claim loop. It claims runs (one statement per queue and round, SKIP
+LOCKED or pgqueue.claim_limited) into the executor's free slots, keeps each queue's claim
+mark, and stops claiming once the worker stops or reaches a recycling limit (max_runs,
+max_memory_mb)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pgqueue.worker import attempt as _attempt
+from pgqueue.worker import semaphores
+from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
+from pgqueue.worker.attempt import Held
+from pgqueue.worker.connection import Undecodable
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from pgqueue.app import App
+    from pgqueue.worker._completer import Completer
+    from pgqueue.worker.executor import Executor
+    from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
+    from pgqueue.worker.maintenance.queue_limits import QueueLimits
+
+log = logging.getLogger("pgqueue.worker")
+
+CLAIM_BATCH_MIN = 50  # a claim is split (see Producer.claim_batch) only above this size
+CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
+
+
+def task_starter(
+    loop: asyncio.AbstractEventLoop,
+) -> Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]:
+    """How Producer._claim starts an attempt's asyncio task. On Python 3.12+ the task
+    starts eagerly: its first step runs at once, inside the task (asyncio.current_task()
+    is the task itself, as it is for any task), and an attempt that finishes without
+    suspending never goes through the loop's ready queue, which saves worker CPU on every
+    run (bench/RESULTS.md). On 3.11 there is no correct way to do that (a task cannot be
+    created without being scheduled), so it is the loop's own create_task
+    (asyncio.create_task would look the loop up and name the task, per run)."""
+    if sys.version_info >= (3, 12):
+        return functools.partial(asyncio.Task, loop=loop, eager_start=True)
+    return loop.create_task
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MiB: /proc/self/statm (one read) where there is
+    one, else the peak RSS from getrusage."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+class Producer:
+    """Claims runs of `queues` for `executor`, at most `concurrency` held at once."""
+
+    def __init__(
+        self,
+        app: App,
+        executor: Executor,
+        worker_id: UUID,
+        queues: list[str],
+        concurrency: int,
+        lease_seconds: float,
+        poll_interval: float,
+        stats: Counter[str],
+        max_runs: int | None = None,
+        max_memory_mb: float | None = None,
+    ) -> None:
+        self.app = app
+        self.executor = executor
+        self.held = executor.held
+        self.worker_id = worker_id
+        self.queues = queues
+        self.concurrency = concurrency
+        # Runs per claim at most. A large worker claims half its slots at a time, so that
+        # the next claim is in flight while the runs of the last one start: the claim's
+        # round trip and the worker's Python overlap instead of alternating. A small one
+        # claims all its free slots at once: a claim of 5 costs nearly what a claim of 50
+        # does, so halving it loses more than the overlap gains. Measured in
+        # bench/RESULTS.md ("Decisions the measurements settled").
+        self.claim_batch = max(min(concurrency, CLAIM_BATCH_MIN), -(-concurrency // 2))
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.stats = stats
+        self.max_runs = max_runs
+        self.max_memory_mb = max_memory_mb
+        self._rss_checked = -1.0  # when _over_memory last read the RSS (monotonic)
+        self.reserved = 0  # slots asked for by the claims in flight
+        self.marks = semaphores.ClaimMarks()
+        # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
+        self.pickup_seconds: deque[float] = deque(maxlen=10_000)
+        # given by open(), on the loop, before the first claim
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._start_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None
+        self.pool: Pool | None = None
+        self.completer: Completer | None = None
+        self.limits: QueueLimits | None = None
+        self.lease_keeper: LeaseKeeper | None = None
+        self.stage: Callable[[], Coroutine[Any, Any, tuple[int, datetime | None]]] | None = None
+
+    def open(
+        self,
+        stop: asyncio.Event,
+        pool: Pool,
+        completer: Completer,
+        limits: QueueLimits,
+        lease_keeper: LeaseKeeper,
+        stage: Callable[[], Coroutine[Any, Any, tuple[int, datetime | None]]],
+    ) -> None:
+        """On the loop: what the claims use. `stage` is one stager pass (burst mode asks
+        for one before it ends)."""
+        self._wake = asyncio.Event()
+        self._stop = stop
+        self._start_task = task_starter(asyncio.get_running_loop())
+        self.pool = pool
+        self.completer = completer
+        self.limits = limits
+        self.lease_keeper = lease_keeper
+        self.stage = stage
+
+    def wake(self) -> None:
+        """Look for work now (a slot freed, a run was enqueued or staged)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self, burst: bool) -> None:
+        """Claim until the worker stops (or, with burst, until nothing is due)."""
+        assert self._wake is not None and self._stop is not None
+        assert self.completer is not None and self.stage is not None
+        failures = 0
+        start = 0
+        settled = False
+        full = True  # the last claim got all it asked for: its queue may hold more
+        # Claims in flight. A second one starts while the first is on its way only for a
+        # whole batch of free slots (not one claim per freed slot), and only while the
+        # queues have more: the server works on one claim while this process starts the
+        # runs of the other. In burst mode, one at a time (see the end condition below).
+        depth = 1 if burst else CLAIMS_IN_FLIGHT
+        flying: set[asyncio.Task[tuple[int, bool]]] = set()
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                free = self.concurrency - len(self.held) - self.reserved
+                if free > 0 and (
+                    not flying or (len(flying) < depth and full and free >= self.claim_batch)
+                ):
+                    if self.max_memory_mb is not None and self._over_memory():
+                        continue  # draining: the loop ends
+                    flying.add(asyncio.create_task(self._claim_round(start)))
+                    start = (start + 1) % len(self.queues)
+                    continue
+                if not flying:  # every slot is taken
+                    await self._sleep(self.poll_interval, wake=True)
+                    continue
+                done, flying = await asyncio.wait(flying, return_when=asyncio.FIRST_COMPLETED)
+                claimed, full, error = 0, False, None
+                for claim in done:
+                    try:
+                        got, more = claim.result()
+                    except Exception as exc:
+                        error = exc
+                    else:
+                        claimed += got
+                        full = full or more
+                if error is not None:
+                    failures += 1
+                    full = True
+                    if isinstance(error, DB_ERRORS):
+                        delay = outage_delay("claim", error, failures)
+                    else:
+                        # A bug or an unexpected database error must not kill the worker
+                        # and its running tasks: log it and try again later.
+                        delay = min(30.0, 0.5 * 2**failures)
+                        log.error("claim failed; retrying in %.1fs", delay, exc_info=error)
+                    await self._sleep(delay)
+                    continue
+                failures = 0
+                if flying:
+                    continue  # decide when the other claim lands
+                # Burst ends only when nothing is held and no outcome is still being
+                # written (a limited queue refuses claims for permits about to come back),
+                # and after one more empty claim that started once all of that was
+                # settled: an earlier claim's snapshot may predate our last completion.
+                if (
+                    burst
+                    and not claimed
+                    and not self.held
+                    and not self.executor.executing
+                    and not self.completer.unwritten
+                ):
+                    try:
+                        staged, _ = await self.stage()
+                    except DB_ERRORS:
+                        staged = 1
+                    if not staged and settled:
+                        return
+                    settled = not staged
+                    full = True
+                    continue
+                settled = False
+                if full and len(self.held) < self.concurrency:
+                    continue  # the queue may hold more
+                full = True
+                await self._sleep(self.poll_interval, wake=True)
+        finally:
+            if flying:  # their runs are held now: shutdown.drain() sees them
+                await asyncio.wait(flying)
+
+    async def _claim_round(self, start: int) -> tuple[int, bool]:
+        """Claim into the free slots, queue after queue from `start`: (runs claimed, some
+        claim got all it asked for)."""
+        claimed, more = 0, False
+        n = len(self.queues)
+        for i in range(n):
+            free = self.concurrency - len(self.held) - self.reserved
+            if self.max_runs is not None:
+                # exactly max_runs: the claims in flight count as what they asked for
+                free = min(free, self.max_runs - self.stats["claimed"] - self.reserved)
+            if free <= 0:
+                break
+            asked = min(free, self.claim_batch)
+            self.reserved += asked
+            try:
+                got = await self._claim(self.queues[(start + i) % n], asked)
+            finally:
+                self.reserved -= asked
+            claimed += got
+            more = more or got == asked
+        return claimed, more
+
+    async def _sleep(self, seconds: float, wake: bool = False) -> None:
+        assert self._wake is not None and self._stop is not None
+        waits = [asyncio.ensure_future(self._stop.wait())]
+        if wake:
+            waits.append(asyncio.ensure_future(self._wake.wait()))
+        _, _pending = await asyncio.wait(
+            waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        for p in waits:
+            p.cancel()
+
+    async def _claim(self, queue: str, limit: int) -> int:
+        assert self.pool is not None and self.limits is not None
+        assert self.lease_keeper is not None
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "worker_id": self.worker_id,
+            "lease_seconds": self.lease_seconds,
+            # Runs whose outcome is still being written keep their permits until it
+            # commits: the limit holds for valid leases as the database shows them.
+            "finishing": [],
+        }
+        limited = queue in self.limits.limited
+        if not limited:
+            params |= self.marks.start(queue)
+        undecodable = Undecodable.made
+        async with self.pool.connection() as conn:
+            rows = await semaphores.claim(conn, queue, params, limited)
+        if not limited:
+            self.marks.landed(queue, rows)
+        if rows:
+            self.lease_keeper.add(rows)
+        claimed = len(rows)
+        self.stats["claimed"] += claimed
+        if Undecodable.made != undecodable:  # not per run: only when a document failed
+            rows = self.executor.refuse_undecodable(rows)
+        rows.sort(key=lambda r: (r.priority, r.id))
+        start = self._start_task
+        assert start is not None  # set by open(), before any claim
+        executor = self.executor
+        threaded = executor.threaded
+        start_in_thread = executor.start_in_thread
+        execute = executor.execute
+        executing = executor.executing
+        for row in rows:
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            self.held.add(held)
+            self.pickup_seconds.append(max(0.0, row.pickup_seconds))
+            in_thread = threaded.get(row.task)
+            if in_thread is None:  # once per task name (a dict lookup per run after that)
+                in_thread = threaded[row.task] = _attempt.in_thread(self.app.tasks.get(row.task))
+            if in_thread:
+                start_in_thread(held)
+                continue
+            task = start(execute(held))
+            if not task.done():  # an eager start (task_starter) may have finished it
+                held.task = task
+                executing.add(task)
+        if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
+            self._recycle(f"{self.max_runs} runs claimed (max_runs)")
+        return claimed
+
+    # -- recycling --------------------------------------------------------------------
+
+    def _over_memory(self) -> bool:
+        """Whether RSS exceeds max_memory_mb (then drain), asked before each claim: the
+        moment it matters, since a draining worker only stops claiming. Read at most ten
+        times a second (a read of /proc is some microseconds)."""
+        now = time.monotonic()
+        if now - self._rss_checked < 0.1:
+            return False
+        self._rss_checked = now
+        rss, limit = rss_mb(), self.max_memory_mb
+        assert limit is not None
+        if rss <= limit:
+            return False
+        self._recycle(f"RSS {rss:.0f} MiB over max_memory_mb {limit:g}")
+        return True
+
+    def _recycle(self, why: str) -> None:
+        """Drain and stop, as on SIGTERM: a supervisor starts a fresh process."""
+        assert self._stop is not None
+        if not self._stop.is_set():
+            log.info("%s: draining to exit (recycling)", why)
+            self._stop.set()

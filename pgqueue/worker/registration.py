@@ -1,0 +1,72 @@
+"""The worker's row in pgqueue.workers, and the checks made before it is written: the
+schema is migrated, the role has every grant a worker uses."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pgqueue import __version__, _sql, db, grants, migrate, schedules
+from pgqueue.errors import PermissionDenied
+from pgqueue.worker._service import DB_ERRORS, Pool
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+log = logging.getLogger("pgqueue.worker")
+
+
+def register(app: App, worker_id: UUID, queues: list[str], concurrency: int) -> None:
+    """Check the schema and the grants, configure the app's queues, add the worker's row
+    and sync the app's schedules, in one connection. A role without the worker's grants
+    stops here, in one line (PermissionDenied), rather than in a duty's retry loop."""
+    with db.connect(app.dsn) as conn, db.translate_errors(conn):
+        migrate.check(conn)
+        check_privileges(conn)
+        for q in app.queues.values():
+            conn.execute(
+                _sql.query("configure_queue"),
+                {
+                    "queue": q.name,
+                    "concurrency": q.concurrency,
+                    "group_concurrency": q.group_concurrency,
+                },
+            )
+        conn.execute(
+            _sql.query("register_worker"),
+            {
+                "id": worker_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": queues,
+                "tasks": sorted(app.tasks),
+                "concurrency": concurrency,
+                "version": __version__,
+            },
+        )
+        schedules.sync(conn, app, queues)
+
+
+def check_privileges(conn: Any) -> None:
+    """Refuse to start without every privilege a worker uses: a missing one would
+    otherwise surface later, in one duty's retry loop (one catalog query, at start)."""
+    lacking = grants.missing(conn, "worker")
+    if lacking:
+        role = conn.info.user
+        more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+        raise PermissionDenied(
+            f"role {role} lacks the worker's grants ({'; '.join(lacking[:3])}{more}): "
+            f"the owner of schema pgqueue can run `pgqueue grants {role} --as worker "
+            "--apply` (see docs/security.md)"
+        )
+
+
+async def deregister(pool: Pool, worker_id: UUID) -> None:
+    try:
+        async with pool.connection(timeout=2) as conn:
+            await conn.execute(_sql.query("deregister_worker"), {"id": worker_id})
+    except DB_ERRORS:
+        log.warning("could not remove worker %s from pgqueue.workers; it will be pruned", worker_id)

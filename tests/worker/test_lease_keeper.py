@@ -1,0 +1,75 @@
+"""The lease keeper alone, on its own thread: it extends the leases the loop holds, and
+reports on the loop the ones it could not extend (lost: expired, rescued or canceled)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+
+import pgqueue
+from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
+from tests.worker import parts
+
+
+def lease_left(dsn: str, run_id: int) -> timedelta:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT lease_expires_at - now() FROM pgqueue.runs WHERE id = %s", (run_id,)
+        ).fetchone()
+    assert row is not None
+    left: timedelta = row[0]
+    return left
+
+
+def test_held_leases_are_renewed_and_a_lost_one_is_reported(app: pgqueue.App, dsn: str) -> None:
+    @app.task
+    def t() -> None: ...
+
+    t.enqueue_many([(), ()])
+    kept, lost = parts.claim(dsn, 2, lease_seconds=2)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # canceled meanwhile
+        conn.execute("SELECT pgqueue.cancel(%s)", (lost.id,))
+    leases = [(kept.id, kept.lease_token), (lost.id, lost.lease_token)]
+    reported: list[list[tuple[int, str]]] = []
+
+    async def main() -> None:
+        told = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_lost(gone: list[tuple[int, str]]) -> None:
+            assert asyncio.get_running_loop() is loop  # told on the loop, not the thread
+            reported.append(gone)
+            told.set()
+
+        keeper = LeaseKeeper(dsn, parts.WORKER_ID, 60, lambda: list(leases), on_lost)
+        keeper.start()  # renews at once, then every 20 s
+        try:
+            await asyncio.wait_for(told.wait(), 10)
+        finally:
+            await asyncio.to_thread(keeper.stop)
+
+    asyncio.run(main())
+    assert reported == [[(lost.id, lost.lease_token)]]
+    assert lease_left(dsn, kept.id) > timedelta(seconds=50)  # claimed for 2 s, renewed for 60
+
+
+def test_claims_since_the_last_snapshot_are_renewed_when_the_loop_does_not_answer(
+    app: pgqueue.App, dsn: str
+) -> None:
+    """A blocked loop cannot say what it holds: the thread renews what the last answer
+    held plus every claim added since."""
+
+    @app.task
+    def t() -> None: ...
+
+    t.enqueue()
+    (row,) = parts.claim(dsn, 1, lease_seconds=2)
+    keeper = LeaseKeeper(dsn, parts.WORKER_ID, 60, lambda: [], lambda gone: None)
+    keeper.add([row])
+    try:
+        assert keeper.renew() == 20  # (no loop: no snapshot) the next one a third on
+    finally:
+        keeper._close()  # its connection; the thread, never started, would close it
+    assert lease_left(dsn, row.id) > timedelta(seconds=50)
