@@ -2,8 +2,21 @@
 -- worker's heartbeat. Only leases still valid are extended: a run missing from the
 -- result was lost (expired and rescued, or canceled) and must stop. (id, token): one run
 -- may be held twice, by a new attempt and by the thread of an earlier one.
+--
+-- With the loop's list of the attempts whose code still runs here (`running`; NULL when
+-- the loop did not answer), the permits this worker filed for any other attempt are
+-- stale and go: pgqueue.cancel() files the permit of every attempt it cancels, including
+-- one whose code had just ended. A row under a second old stays for the next round (it
+-- may be an attempt claimed after the list was taken).
 WITH heartbeat AS (
     UPDATE pgqueue.workers SET heartbeat_at = now() WHERE id = %(worker_id)s
+),
+swept AS (
+    DELETE FROM pgqueue.zombie_permits z
+     WHERE %(running)s::uuid[] IS NOT NULL
+       AND z.worker_id = %(worker_id)s
+       AND z.created_at < now() - interval '1 second'
+       AND z.lease_token <> ALL(%(running)s::uuid[])
 )
 UPDATE pgqueue.runs r
    SET lease_expires_at = now() + %(lease_seconds)s * interval '1 second'

@@ -241,7 +241,12 @@ class Worker:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
         self.lease_keeper = LeaseKeeper(
-            self.app.dsn, self.id, self.lease_seconds, executor.leases, executor.leases_lost
+            self.app.dsn,
+            self.id,
+            self.lease_seconds,
+            executor.leases,
+            executor.leases_lost,
+            executor.running,
         )
         self.lease_keeper.start()
         producer.open(stop, pool, self.completer, limits, self.lease_keeper, self.stager.stage)

@@ -109,8 +109,9 @@ class Executor:
                 # but this slot stays busy until the function returns. Not when stopping:
                 # a released run must not keep the process (and its thread) alive.
                 await asyncio.wait([inv])
-            if inv is not None and inv.done() and self.permits.filed:
-                # (not while it runs on at exit: the permit goes with the worker's row)
+            if self.permits.filed and (inv is None or inv.done()):
+                # its code has ended (a thread still running at exit keeps the permit: it
+                # goes with the worker's row); held only if filed (permits.keep)
                 self.permits.release(held)
         except Exception:
             log.exception("run %s: internal error in the worker", held.id)
@@ -244,6 +245,12 @@ class Executor:
         (what the lease keeper renews)."""
         return [(h.id, h.lease_token) for h in self.held if not h.submitted and not h.lost]
 
+    def running(self) -> list[str]:
+        """On the loop: the lease tokens of the attempts whose code still runs here (or
+        whose outcome is still to be handed over): the permits filed for any other
+        attempt of this worker are stale (the lease keeper sweeps them)."""
+        return [h.lease_token for h in self.held]
+
     def lose(self, run_id: int, why: str) -> None:
         """Stop a run we hold without writing its outcome: the lease is no longer ours."""
         held = next((h for h in self.held if h.id == run_id and not h.submitted), None)
@@ -253,9 +260,10 @@ class Executor:
         held.lost = True
         held.stop()
         self.stats["lost"] += 1
-        inv = held.invocation
-        if self.threaded.get(held.row.task) or (inv is not None and not inv.done()):
-            # its thread runs on: the run no longer holds the permit, the thread does
+        if self.permits.limited(held.row.queue):
+            # its code may run on (a thread cannot be stopped; a coroutine may ignore its
+            # cancellation): the run no longer holds the permit, the attempt does, until
+            # its code ends (pgqueue.cancel() filed it already when it canceled the run)
             self.permits.keep(held)
 
     def leases_lost(self, leases: list[tuple[int, str]]) -> None:

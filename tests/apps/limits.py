@@ -21,6 +21,7 @@ def span(tag: str, seconds: float) -> str:
 
 
 app.queue("overrun", concurrency=3)
+app.queue("stubborn", concurrency=1)
 
 
 @app.task(name="limits.overrun", queue="overrun", timeout=1, max_attempts=1)
@@ -41,3 +42,11 @@ def _noted(ctx: pgqueue.Context, error: str) -> None:
 def overrun_hooked(tag: str, seconds: float) -> None:
     """overrun, with a hook: its attempt is awaited on the loop, not run wholly in a thread."""
     overrun(tag, seconds)
+
+
+@app.task(name="limits.stubborn", queue="stubborn", max_attempts=1)
+def stubborn(tag: str, seconds: float) -> None:
+    """A sync body that does not look at ctx.cancelled: canceled, its thread runs on."""
+    record(f"start:{tag}")
+    time.sleep(seconds)
+    record(f"end:{tag}")

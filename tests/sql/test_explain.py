@@ -94,6 +94,7 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
         "lease_token": [None, None],
         "worker_id": WORKER,
         "lease_seconds": 30,
+        "running": [str(uuid.UUID(int=1))],
     }
     # Writes by id: the primary key, never a walk over every running run of the cluster
     # (a completion's cost would grow with their number).

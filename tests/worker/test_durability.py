@@ -162,6 +162,7 @@ def stale_renew(
             "lease_seconds": 60,
             "id": [run_id],
             "lease_token": [token],
+            "running": None,
         },
     ).fetchall()
 

@@ -10,6 +10,7 @@ import psycopg
 
 import pgqueue
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
+from tests.helpers import scalar
 from tests.worker import parts
 
 
@@ -73,3 +74,61 @@ def test_claims_since_the_last_snapshot_are_renewed_when_the_loop_does_not_answe
     finally:
         keeper._close()  # its connection; the thread, never started, would close it
     assert lease_left(dsn, row.id) > timedelta(seconds=50)
+
+
+def test_permits_of_attempts_no_longer_running_here_are_swept(app: pgqueue.App, dsn: str) -> None:
+    """pgqueue.cancel() files the permit of every attempt it cancels, one whose code had
+    just ended too: with the loop's list of what still runs, a renewal deletes this
+    worker's other permits. Without that list (the loop did not answer) it deletes none."""
+
+    @app.task
+    def t() -> None: ...
+
+    t.enqueue()
+    (row,) = parts.claim(dsn, 1, lease_seconds=60)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version)"
+            " VALUES (%s, 'h', 1, '{default}', 1, 'x') ON CONFLICT DO NOTHING",
+            (parts.WORKER_ID,),
+        )
+        conn.execute(
+            """INSERT INTO pgqueue.zombie_permits
+                   (lease_token, run_id, worker_id, queue, group_key, lease_seconds, created_at)
+               VALUES (%(running)s, %(id)s, %(w)s, 'default', '', 60, now() - interval '5 s'),
+                      (gen_random_uuid(), 0, %(w)s, 'default', '', 60, now() - interval '5 s'),
+                      (gen_random_uuid(), 0, %(w)s, 'default', '', 60, now())""",
+            {"running": row.lease_token, "id": row.id, "w": parts.WORKER_ID},
+        )
+
+    def permits() -> int:
+        return int(scalar(dsn, "SELECT count(*) FROM pgqueue.zombie_permits"))
+
+    keeper = LeaseKeeper(dsn, parts.WORKER_ID, 60, lambda: [], lambda gone: None)
+    keeper.add([row])
+    try:
+        keeper.renew()  # no loop to answer: nothing is known to have ended
+    finally:
+        keeper._close()
+    assert permits() == 3
+
+    async def main() -> None:
+        keeper = LeaseKeeper(
+            dsn,
+            parts.WORKER_ID,
+            60,
+            lambda: [(row.id, row.lease_token)],
+            lambda gone: None,
+            lambda: [row.lease_token],
+        )
+        keeper.start()  # renews at once
+        try:
+            while permits() != 2:  # the stale one goes; the running one and the new one stay
+                await asyncio.sleep(0.05)
+        finally:
+            await asyncio.to_thread(keeper.stop)
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert (
+        scalar(dsn, "SELECT count(*) FROM pgqueue.zombie_permits WHERE run_id = %s", (row.id,)) == 1
+    )

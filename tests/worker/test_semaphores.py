@@ -13,7 +13,7 @@ import pgqueue
 from pgqueue import _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.limits import app as limits_app
-from tests.apps.limits import overrun, overrun_hooked, span
+from tests.apps.limits import overrun, overrun_hooked, span, stubborn
 from tests.helpers import WorkerProcess, scalar, wait_until
 
 APP = "tests.apps.limits:app"
@@ -623,6 +623,51 @@ def test_timed_out_sync_bodies_never_exceed_the_limit(dsn: str, limits: pgqueue.
            WHERE r.finished_at < e.at""",
     )
     assert failed_early == 8
+
+
+def test_a_canceled_sync_body_keeps_its_permit_until_it_returns(
+    dsn: str, limits: pgqueue.App
+) -> None:
+    """A queue limited to one, two workers: the running run is canceled while its sync body
+    (which ignores ctx.cancelled) runs on for 3 s. No other body starts before it returns,
+    however soon the other worker claims after the cancel; the next starts once it has.
+    (pgqueue.cancel() files the permit; a worker that filed it only on hearing of the
+    cancel lost the race to the other worker's claim.)"""
+    first = stubborn.enqueue("c0", 3)
+    stubborn.enqueue_many([("c1", 0.1), ("c2", 0.1)])
+    procs = workers(dsn, 2, "--concurrency", "2", "--queues", "stubborn")
+    try:
+        for p in procs:
+            p.wait_ready()
+        wait_until(
+            lambda: scalar(dsn, "SELECT count(*) FROM effects WHERE tag = 'start:c0'") == 1,
+            message="the first body to start",
+        )
+        # the other worker is woken in the cancel's own transaction: it claims at once,
+        # before the canceled attempt's worker has even heard of the cancel
+        with psycopg.connect(dsn) as c:
+            assert c.execute("SELECT pgqueue.cancel(%s)", (first.id,)).fetchone() == (True,)
+            c.execute("SELECT pg_notify('pgqueue_queued', 'stubborn')")
+        wait_until(
+            lambda: scalar(dsn, "SELECT count(*) FROM effects WHERE tag LIKE 'end:%%'") == 3,
+            timeout=30,
+            message="3 bodies to return",
+        )
+        assert max_overlap(dsn) == 1
+        wait_until(
+            lambda: scalar(dsn, "SELECT count(*) FROM pgqueue.zombie_permits") == 0,
+            message="the canceled attempt's permit to come back",
+        )
+    finally:
+        stop_all(procs)
+    assert limits.get_run(first.id).state == "canceled"
+    # the permit came back when the body returned, not a lease renewal later
+    gap = scalar(
+        dsn,
+        """SELECT extract(epoch FROM min(s.at) - (SELECT at FROM effects WHERE tag = 'end:c0'))
+             FROM effects s WHERE s.tag IN ('start:c1', 'start:c2')""",
+    )
+    assert 0 <= gap < 5, gap
 
 
 def test_a_threads_permit_counts_while_its_worker_beats(conn: psycopg.Connection[Any]) -> None:

@@ -442,6 +442,7 @@ def test_stale_lease_cannot_write(app: pgqueue.App, conn: psycopg.Connection[Any
             "lease_seconds": 30,
             "id": [h.id],
             "lease_token": [token],
+            "running": None,
         },
     ).fetchall()
     assert renewed == []

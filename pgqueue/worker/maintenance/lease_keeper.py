@@ -44,12 +44,14 @@ class LeaseKeeper:
         lease_seconds: float,
         held: Callable[[], list[tuple[int, str]]],
         lost: Callable[[list[tuple[int, str]]], None],
+        running: Callable[[], list[str]] | None = None,
     ) -> None:
         self.dsn = dsn
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.held = held
         self.lost = lost
+        self.running = running
         self._loop: asyncio.AbstractEventLoop | None = None
         self._claims: deque[Sequence[Claimed]] = deque()  # since the last snapshot
         self._leases: dict[tuple[int, str], None] = {}  # the thread's own
@@ -98,8 +100,10 @@ class LeaseKeeper:
     def renew(self) -> float:
         """One renewal (in the thread): seconds until the next one."""
         snapshot = self._snapshot()
+        running = None
         if snapshot is not None:
-            self._leases = leases = dict.fromkeys(snapshot)
+            held_now, running = snapshot
+            self._leases = leases = dict.fromkeys(held_now)
         else:
             leases = self._leases
             while self._claims:
@@ -115,6 +119,8 @@ class LeaseKeeper:
             "lease_seconds": self.lease_seconds,
             "id": [run_id for run_id, _ in held],
             "lease_token": [token for _, token in held],
+            # with the loop's answer only: which filed permits are this worker's still
+            "running": running,
         }
         cur = self._conn.execute(_sql.query("renew_leases"), params)
         renewed = {(row[0], row[1]) for row in cur}
@@ -125,9 +131,10 @@ class LeaseKeeper:
             self._to_loop(self.lost, lost)
         return self._every()
 
-    def _snapshot(self) -> list[tuple[int, str]] | None:
-        """In the thread: the leases the loop holds now, or None if it does not answer."""
-        answer: list[list[tuple[int, str]]] = []
+    def _snapshot(self) -> tuple[list[tuple[int, str]], list[str] | None] | None:
+        """In the thread: the leases the loop holds now and the tokens of the attempts
+        whose code runs (see `running`), or None if it does not answer."""
+        answer: list[tuple[list[tuple[int, str]], list[str] | None]] = []
         answered = threading.Event()
         abandoned = False
 
@@ -137,7 +144,7 @@ class LeaseKeeper:
                     return
                 # claims up to now are held on the loop: this snapshot covers them
                 self._claims.clear()
-                answer.append(self.held())
+                answer.append((self.held(), self.running() if self.running else None))
             answered.set()
 
         if not self._to_loop(take):
