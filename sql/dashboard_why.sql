@@ -1,7 +1,9 @@
 -- The facts behind "why is this run not running", for runs that are scheduled, queued
 -- or waiting, read by the rules the worker's claim uses (claim.sql, claim_limited()):
 -- a paused queue yields nothing; a permit is a `running` run of the queue (and of the
--- group) under a lease that has not expired; the stager and the claim run only in live
+-- group) under a lease that has not expired, or an attempt whose code runs on in a live
+-- worker after its outcome was written or its run canceled (pgqueue.zombie_permits,
+-- counted while its worker beats, as claim_limited() counts it); the stager and the claim run only in live
 -- workers that serve the queue; unlimited queues are claimed in (priority, id) order.
 -- Every count reads the partial index of its state, keyed by queue.
 WITH r AS (
@@ -15,6 +17,17 @@ workers AS (
     FROM pgqueue.workers w
     WHERE w.heartbeat_at > now() - interval '60 seconds'
 ),
+held AS (
+    SELECT h.id, h.queue, h.group_key
+    FROM pgqueue.runs h
+    WHERE h.state = 'running' AND h.queue IN (SELECT queue FROM r) AND h.lease_expires_at > now()
+    UNION ALL
+    SELECT z.run_id, z.queue, z.group_key
+    FROM pgqueue.zombie_permits z
+    JOIN pgqueue.workers w ON w.id = z.worker_id
+    WHERE z.queue IN (SELECT queue FROM r)
+      AND w.heartbeat_at > now() - z.lease_seconds * interval '1 second'
+),
 q AS (
     SELECT n.queue, coalesce(x.paused, false) AS paused, x.concurrency, x.group_concurrency,
            (SELECT count(*) FROM workers w WHERE n.queue = ANY (w.queues)) AS live_workers,
@@ -24,13 +37,9 @@ q AS (
              WHERE h.state = 'running'
                AND h.worker_id IN (SELECT w.id FROM workers w WHERE n.queue = ANY (w.queues)))
                AS busy,
-           (SELECT count(*) FROM pgqueue.runs h
-             WHERE h.state = 'running' AND h.queue = n.queue AND h.lease_expires_at > now())
-               AS permits_taken,
-           ARRAY(SELECT h.id FROM pgqueue.runs h
-                  WHERE h.state = 'running' AND h.queue = n.queue
-                    AND h.lease_expires_at > now()
-                  ORDER BY h.id LIMIT 10) AS permit_holders
+           (SELECT count(*) FROM held h WHERE h.queue = n.queue) AS permits_taken,
+           ARRAY(SELECT h.id FROM held h WHERE h.queue = n.queue ORDER BY h.id LIMIT 10)
+               AS permit_holders
     FROM (SELECT DISTINCT queue FROM r) n
     LEFT JOIN pgqueue.queues x ON x.name = n.queue
 )
@@ -44,9 +53,8 @@ FROM r
 JOIN q ON q.queue = r.queue
 LEFT JOIN LATERAL (
     SELECT count(*) AS taken, (array_agg(h.id ORDER BY h.id))[1:10] AS holders
-    FROM pgqueue.runs h
-    WHERE h.state = 'running' AND h.queue = r.queue AND h.lease_expires_at > now()
-      AND h.group_key = r.group_key
+    FROM held h
+    WHERE h.queue = r.queue AND h.group_key = r.group_key
 ) g ON true
 LEFT JOIN pgqueue.runs c ON c.id = r.wait_run_id
 LEFT JOIN LATERAL (

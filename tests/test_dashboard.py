@@ -425,6 +425,22 @@ def test_why_queue_and_group_limits(
     assert groups["tenant-7"]["holders"] == [holder] and groups["tenant-8"]["queued"] == 1
 
 
+def test_why_counts_the_permit_of_a_canceled_attempt_whose_code_runs_on(
+    web: TestClient, app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A canceled run's attempt keeps its permit while its worker runs its code
+    (pgqueue.zombie_permits): the claim counts it, and so does the explanation."""
+    live_worker(conn, ["mail"], concurrency=50)
+    app.set_limits("mail", concurrency=None, group_concurrency=1)
+    holder = running(conn, "mail", "tenant-7")
+    conn.execute("UPDATE pgqueue.runs SET limited = true WHERE id = %s", (holder,))
+    conn.execute("SELECT pgqueue.cancel(%s)", (holder,))
+    blocked = enqueue(conn, queue="mail", group_key="tenant-7", limited=True)
+    assert why(web, blocked) == [f"group tenant-7 at its limit (1 of 1: run {holder})"]
+    conn.execute("DELETE FROM pgqueue.zombie_permits")  # its code ended
+    assert why(web, blocked) == ["next in line: a worker claims it at its next claim"]
+
+
 def test_why_busy_workers_and_runs_ahead(web: TestClient, conn: psycopg.Connection[Any]) -> None:
     live_worker(conn, ["mail"], concurrency=1)
     first = enqueue(conn, queue="mail")

@@ -43,7 +43,7 @@ BEGIN
             INSERT INTO pgqueue.zombie_permits
                    (lease_token, run_id, worker_id, queue, group_key, lease_seconds)
             SELECT r.lease_token, r.id, w.id, r.queue, r.group_key,
-                   extract(epoch FROM r.lease_expires_at - now())
+                   extract(epoch FROM least(r.lease_expires_at, now() + interval '1 day') - now())
               FROM pgqueue.workers w
              WHERE w.id = r.worker_id
             ON CONFLICT (lease_token) DO NOTHING;
