@@ -1,7 +1,7 @@
 -- pgqueue 0006: runs_group_claim_idx holds only the queued runs of queues with limits.
 --
 -- It was the third index every enqueued run entered, and only claim_limited() reads it:
--- enqueue_many ran 22% faster without it (bench/RESULTS.md, session 4). A run now carries
+-- bulk enqueue runs 18% faster without it (bench/RESULTS.md). A run now carries
 -- `limited`, true when its queue had limits as its enqueue saw them, kept in step by a
 -- trigger when a queue's limits come or go.
 

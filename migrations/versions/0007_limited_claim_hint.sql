@@ -4,7 +4,7 @@
 -- in runs_group_claim_idx, and claim_limited() read through all of them up to three times
 -- per claim (the first priority, the group's first run, the group's further runs): 161
 -- index pages per claim of 50 at first, 1,343 after 80,000 runs, and server CPU per run
--- from 41 to 56 us (bench/RESULTS.md, session 6). claim.sql solved this with per-
+-- from 41 to 56 us (bench/RESULTS.md). claim.sql solved this with per-
 -- worker marks; a limited queue's claims take turns under the queue's row lock, so one
 -- hint per queue, kept in its row, is exact for every worker.
 --
