@@ -154,10 +154,11 @@ def complete_params(outcomes: Iterable[Outcome], worker_id: UUID) -> dict[str, A
     tokens: list[str] = []
     results: list[str] = []
     others: list[Outcome] = []
+    succeeded = SUCCEEDED  # a local: the test below runs once per outcome
     for o in outcomes:
         result = o.result
         if (
-            o.state == SUCCEEDED
+            o.state == succeeded
             and result is not None
             and o.error is None
             and not o.refund
