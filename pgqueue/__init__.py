@@ -26,6 +26,7 @@ from pgqueue.retention import Retention
 from pgqueue.retry import RetryPolicy
 from pgqueue.runs import Run, RunHandle
 from pgqueue.schedules import InvalidSchedule, Schedule, UnknownSchedule
+from pgqueue.states import RunState
 from pgqueue.tasks import Task, ValidationError
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "RunFailed",
     "RunHandle",
     "RunNotFound",
+    "RunState",
     "Schedule",
     "Task",
     "UnknownSchedule",

@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.errors import ConfigError
+from pgqueue.states import RunState
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -20,7 +21,7 @@ log = logging.getLogger("pgqueue.worker")
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-DEPTH_STATES = ("queued", "scheduled", "running", "waiting")
+DEPTH_STATES = (RunState.QUEUED, RunState.SCHEDULED, RunState.RUNNING, RunState.WAITING)
 
 
 class WorkerMetrics:

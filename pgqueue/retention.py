@@ -17,8 +17,9 @@ import psycopg
 
 from pgqueue import _sql
 from pgqueue.errors import UserError
+from pgqueue.states import FINISHED_STATES as FINISHED_STATES  # the states pruned
+from pgqueue.states import RunState
 
-FINISHED_STATES = ("succeeded", "failed", "canceled")
 BATCH = 1000
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -44,7 +45,11 @@ class Retention:
             raise ValueError("Retention.interval must be > 0 seconds")
 
     def by_state(self) -> dict[str, timedelta]:
-        kept = {"succeeded": self.succeeded, "failed": self.failed, "canceled": self.canceled}
+        kept = {
+            RunState.SUCCEEDED: self.succeeded,
+            RunState.FAILED: self.failed,
+            RunState.CANCELED: self.canceled,
+        }
         return {state: age for state, age in kept.items() if age is not None}
 
 

@@ -13,13 +13,12 @@ import psycopg
 
 from pgqueue import _sql, db
 from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
+from pgqueue.states import TERMINAL_STATES, RunState
 
 if TYPE_CHECKING:
     from pgqueue.app import App
 
-TERMINAL_STATES = frozenset({"succeeded", "failed", "canceled"})
 PENDING: Any = object()  # outcome() of a run that has not finished
-STATES = ("scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled")
 
 
 @dataclass(frozen=True)
@@ -144,11 +143,11 @@ class RunHandle:
 
 def outcome(run: Run) -> Any:
     """A finished run's result, or RunFailed / RunCanceled; PENDING if it has not finished."""
-    if run.state == "succeeded":
+    if run.state == RunState.SUCCEEDED:
         return run.result
-    if run.state == "failed":
+    if run.state == RunState.FAILED:
         raise RunFailed(run)
-    if run.state == "canceled":
+    if run.state == RunState.CANCELED:
         raise RunCanceled(run)
     return PENDING
 

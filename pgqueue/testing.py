@@ -31,6 +31,7 @@ from pgqueue import _json, _sql
 from pgqueue.app import App
 from pgqueue.context import Context
 from pgqueue.runs import Run, RunHandle, outcome
+from pgqueue.states import RunState
 from pgqueue.tasks import RunRow, Task
 
 __all__ = [
@@ -361,7 +362,7 @@ def _make_run(ctx: Context, row: RunRow, *, result: Any, error: str | None) -> R
         "id": ctx.run_id,
         "task": row.task,
         "queue": row.queue,
-        "state": "failed" if error else "succeeded",
+        "state": RunState.FAILED if error else RunState.SUCCEEDED,
         "priority": row.priority,
         "args": ctx.args,
         "kwargs": ctx.kwargs,

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 
 from pgqueue import _json, _sql
 from pgqueue.errors import LeaseLost, UserError
+from pgqueue.states import RunState
 from pgqueue.tasks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ class Durable:
         if left <= 0:
             self.record(name, "succeeded", output=_json.dumps(spec, what="sleep"))
             return
-        raise Suspend("scheduled", left)
+        raise Suspend(RunState.SCHEDULED, left)
 
     def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
         check_name("event", event)
@@ -206,7 +207,9 @@ class Durable:
         if left is not None and left <= 0:
             self.record(name, "succeeded", output="null")
             return None
-        raise Suspend("waiting", left, wait_event=event, wait_key=key or "", wait_since=since)
+        raise Suspend(
+            RunState.WAITING, left, wait_event=event, wait_key=key or "", wait_since=since
+        )
 
     def call(
         self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -226,13 +229,13 @@ class Durable:
             row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
         assert row is not None, f"child run {child_id} disappeared"
         state, result, error, child_task = row
-        if state == "succeeded":
+        if state == RunState.SUCCEEDED:
             self.record(name, "succeeded", output=_json.dumps(result, what="child result"))
             return result
-        if state in ("failed", "canceled"):
+        if state in (RunState.FAILED, RunState.CANCELED):
             self.record(name, "failed", error=f"child run {child_id} {state}: {error}")
             raise ChildFailed(child_id, child_task, state, error)
-        raise Suspend("waiting", None, wait_run_id=child_id)
+        raise Suspend(RunState.WAITING, None, wait_run_id=child_id)
 
     def spawn(
         self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]

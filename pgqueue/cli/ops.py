@@ -43,7 +43,7 @@ def demo(dsn: str | None, count: int) -> None:
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(list(retention.FINISHED_STATES)),
+    type=click.Choice([s.value for s in retention.FINISHED_STATES]),
     help="Only runs in this state (repeatable; default: every finished state).",
 )
 @click.option("--events", is_flag=True, help="Also delete events created before then.")

@@ -8,6 +8,7 @@ import click
 
 from pgqueue._terminal import printable
 from pgqueue.cli._common import cell, db_options, echo_json, fail, json_option, open_app, table
+from pgqueue.states import STATES
 
 
 @click.group()
@@ -22,9 +23,7 @@ RUN_COLUMNS = ["id", "task", "queue", "state", "attempt", "max_attempts", "creat
 @db_options
 @click.option(
     "--state",
-    type=click.Choice(
-        ["scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled"]
-    ),
+    type=click.Choice([s.value for s in STATES]),
 )
 @click.option("--queue")
 @click.option("--task")

@@ -38,7 +38,7 @@ from pgqueue import db
 from pgqueue.app import App
 from pgqueue.dashboard import charts, data
 from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
-from pgqueue.runs import STATES
+from pgqueue.states import STATES
 
 CSRF_COOKIE = "pgqueue_csrf"
 SESSION_COOKIE = "pgqueue_session"

@@ -16,10 +16,8 @@ from pgqueue import _sql
 from pgqueue import schedules as _schedules
 from pgqueue.dashboard import why
 from pgqueue.errors import RunNotFound, UserError
-from pgqueue.runs import STATES
+from pgqueue.states import FINISHED_STATES, LIVE_STATES, STATES, RunState
 
-LIVE_STATES = ("scheduled", "queued", "running", "waiting")
-FINISHED_STATES = ("succeeded", "failed", "canceled")
 PAGE_SIZE = 50
 # A page of runs reads at most this many runs after its cursor, whatever its filters
 # match: rare matches cost more pages, never a slower page.
@@ -86,7 +84,7 @@ def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
     """The statement of a page of runs in `state` (None: every state), and whether it
     pages by finish time (finished states) rather than by id."""
     if state in FINISHED_STATES:
-        window = ("failed",) if state == "failed" else FINISHED_STATES
+        window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
     if state is not None:
         return states_query("dashboard_runs_live", states=(state,)), False
@@ -189,7 +187,7 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
             parent = cur.execute(_sql.query("get_run"), {"id": run["parent_id"]}).fetchone()
     now = run.pop("now")
     waits: dict[str, Any] | None = None
-    if run["state"] == "waiting":
+    if run["state"] == RunState.WAITING:
         deadline = run["run_at"] if run["run_at"].year < FAR_FUTURE_YEAR else None
         if run["wait_event"] is not None:
             waits = {"event": run["wait_event"], "key": run["wait_key"], "deadline": deadline}

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-EXPLAINED = frozenset({"scheduled", "queued", "waiting"})
+from pgqueue.states import RunState
+
+EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999
 
 
@@ -24,7 +26,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
     now: datetime = f["now"]
     queue = f["queue"]
     out: list[str] = []
-    if f["state"] == "scheduled":
+    if f["state"] == RunState.SCHEDULED:
         if f["run_at"] > now:
             when = f"scheduled until {clock(f['run_at'], now)}"
             if f["attempt"] > 0 and f["error"]:
@@ -32,7 +34,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
             out.append(when)
         else:
             out.append(f"due since {clock(f['run_at'], now)}: a worker's stager queues it")
-    elif f["state"] == "waiting":
+    elif f["state"] == RunState.WAITING:
         deadline = f["run_at"] if f["run_at"].year < FAR_FUTURE_YEAR else None
         until = f" (deadline {clock(deadline, now)})" if deadline else " (no deadline)"
         if deadline is not None and deadline <= now:
@@ -51,7 +53,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
         out.append(f"queue {queue} is paused")
     if f["live_workers"] == 0:
         out.append(f"no live worker serves queue {queue}")
-    if f["state"] != "queued":
+    if f["state"] != RunState.QUEUED:
         return out
     concurrency, group_limit = f["concurrency"], f["group_concurrency"]
     if concurrency is not None and f["permits_taken"] >= concurrency:

@@ -14,12 +14,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from pgqueue import _sql
+from pgqueue.states import RunState
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
 
 if TYPE_CHECKING:
     from pgqueue.worker.attempt import Held
 
 log = logging.getLogger("pgqueue.worker")
+
+# Per-run code: the states as plain strings bound once, so that testing an outcome's
+# state adds no attribute lookup and keeps the interpreter's fast str paths.
+SUCCEEDED = RunState.SUCCEEDED.value
+DEFERRED = (RunState.SCHEDULED.value, RunState.WAITING.value)  # states with a delay
 
 
 @dataclass(slots=True)
@@ -148,10 +154,11 @@ def complete_params(outcomes: Iterable[Outcome], worker_id: UUID) -> dict[str, A
     tokens: list[str] = []
     results: list[str] = []
     others: list[Outcome] = []
+    succeeded = SUCCEEDED  # a local: the test below runs once per outcome
     for o in outcomes:
         result = o.result
         if (
-            o.state == "succeeded"
+            o.state == succeeded
             and result is not None
             and o.error is None
             and not o.refund
@@ -193,7 +200,7 @@ def document(outcomes: Iterable[Outcome]) -> str:
             "state": o.state,
             "refund": bool(o.refund),
         }
-        if o.state in ("scheduled", "waiting") and o.delay is not None:
+        if o.state in DEFERRED and o.delay is not None:
             # None: no deadline. An infinite delay (RetryAfter(math.inf)) means the same;
             # sent as a number, it would make the statement fail for the whole batch.
             fields["delay"] = float(o.delay) if math.isfinite(o.delay) else None

@@ -8,6 +8,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from pgqueue.states import RunState
 from pgqueue.worker._completer import Outcome
 from pgqueue.worker.attempt import Held
 
@@ -16,14 +17,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pgqueue.worker")
 
+# Per-run code: plain strings bound once (see attempt.py).
+_FINISHED_BY_ATTEMPT = (RunState.SUCCEEDED.value, RunState.FAILED.value)
+_SCHEDULED = RunState.SCHEDULED.value
+
 
 def event_of(outcome: Outcome, written: bool) -> str:
     """started | succeeded | failed | retried | deferred | rejected."""
     if not written:
         return "rejected"  # the lease was lost meanwhile: the outcome was fenced out
-    if outcome.state in ("succeeded", "failed"):
+    if outcome.state in _FINISHED_BY_ATTEMPT:
         return outcome.state
-    if outcome.state == "scheduled" and outcome.error_kind is not None:
+    if outcome.state == _SCHEDULED and outcome.error_kind is not None:
         return "retried"
     return "deferred"  # RetryAfter, a durable sleep or wait, a child call
 
@@ -61,7 +66,7 @@ class Transitions:
                 "task": row.task,
                 "queue": row.queue,
                 "attempt": row.attempt,
-                "state": "running",
+                "state": RunState.RUNNING.value,
                 "pickup_ms": round(pickup * 1000, 1),
             },
         )
@@ -79,7 +84,7 @@ class Transitions:
         if outcome is None:
             if not held.released:
                 return  # lost or canceled: Executor.lose already logged it
-            event, state = "released", "queued"
+            event, state = "released", RunState.QUEUED.value
         else:
             event, state = event_of(outcome, written), outcome.state
         self._count(held, outcome, written, event, seconds)

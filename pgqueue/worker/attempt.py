@@ -15,6 +15,7 @@ from pgqueue import _json
 from pgqueue.context import Context
 from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
+from pgqueue.states import RunState
 from pgqueue.tasks import Task, ValidationError
 from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Outcome
@@ -24,6 +25,13 @@ if TYPE_CHECKING:
     from pgqueue.worker.executor import Executor
 
 log = logging.getLogger("pgqueue.worker")
+
+# Per-run code: the states as plain strings bound once, so that building an outcome and
+# testing its state add no attribute lookup and keep the interpreter's fast str paths.
+SCHEDULED = RunState.SCHEDULED.value
+QUEUED = RunState.QUEUED.value
+SUCCEEDED = RunState.SUCCEEDED.value
+FAILED = RunState.FAILED.value
 
 
 class AttemptTimeout(Exception):
@@ -77,15 +85,13 @@ def failure(
         return Outcome(
             held.id,
             held.lease_token,
-            "scheduled",
+            SCHEDULED,
             error=message,
             error_kind=kind,
             traceback=tb,
             delay=retry.delay(attempt),
         )
-    return Outcome(
-        held.id, held.lease_token, "failed", error=message, error_kind=kind, traceback=tb
-    )
+    return Outcome(held.id, held.lease_token, FAILED, error=message, error_kind=kind, traceback=tb)
 
 
 def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outcome | None:
@@ -128,8 +134,8 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
         return None
     if isinstance(exc, RetryAfter):
         if exc.seconds <= 0:
-            return Outcome(held.id, held.lease_token, "queued", refund=True)
-        return Outcome(held.id, held.lease_token, "scheduled", delay=exc.seconds, refund=True)
+            return Outcome(held.id, held.lease_token, QUEUED, refund=True)
+        return Outcome(held.id, held.lease_token, SCHEDULED, delay=exc.seconds, refund=True)
     if isinstance(exc, (NonRetryable, InvalidArguments, ValidationError)):
         # Deterministic failures: another attempt would fail the same way.
         return failure(held, "non_retryable", exc, retry=None)
@@ -146,7 +152,7 @@ def _returned(executor: Executor, held: Held, task: Task[Any, Any], result: Any)
     if held.lost or held.released:
         return None
     if result is None:  # the common case: nothing to encode or to measure
-        return Outcome(held.id, held.lease_token, "succeeded", result="null")
+        return Outcome(held.id, held.lease_token, SUCCEEDED, result="null")
     try:
         text = _json.dumps(
             result,
@@ -156,7 +162,7 @@ def _returned(executor: Executor, held: Held, task: Task[Any, Any], result: Any)
         )
     except (TypeError, ValueError) as exc:
         return failure(held, "bad_result", exc, retry=None, with_traceback=False)
-    return Outcome(held.id, held.lease_token, "succeeded", result=text)
+    return Outcome(held.id, held.lease_token, SUCCEEDED, result=text)
 
 
 async def attempt(executor: Executor, held: Held) -> Outcome | None:
@@ -295,9 +301,9 @@ async def run_hook(executor: Executor, held: Held, outcome: Outcome) -> None:
     task = executor.app.tasks.get(held.row.task)
     if task is None:
         return
-    if outcome.state == "succeeded" and task.on_success is not None:
+    if outcome.state == SUCCEEDED and task.on_success is not None:
         hook, value = task.on_success, _json.loads(outcome.result or "null")
-    elif outcome.state == "failed" and task.on_failure is not None:
+    elif outcome.state == FAILED and task.on_failure is not None:
         hook, value = task.on_failure, outcome.error
     else:
         return
@@ -316,6 +322,6 @@ async def run_hook(executor: Executor, held: Held, outcome: Outcome) -> None:
         log.exception(
             "run %s: %s hook of task %s raised (the run's outcome stands)",
             held.id,
-            "on_success" if outcome.state == "succeeded" else "on_failure",
+            "on_success" if outcome.state == SUCCEEDED else "on_failure",
             task.name,
         )

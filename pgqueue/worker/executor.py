@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pgqueue.runs import TERMINAL_STATES
+from pgqueue.states import TERMINAL_STATES
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection
 from pgqueue.worker._claimed import Claimed

@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from typing import Any
 
+from pgqueue.states import RunState
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker.executor import Executor
 
@@ -42,7 +43,7 @@ async def drain(
         for h in leftover:
             h.released = True
             h.stop()
-        releases = [Outcome(h.id, h.lease_token, "queued", refund=True) for h in leftover]
+        releases = [Outcome(h.id, h.lease_token, RunState.QUEUED, refund=True) for h in leftover]
         written = await asyncio.wait_for(
             asyncio.gather(*(completer.submit(o) for o in releases)), 10
         )

@@ -34,6 +34,7 @@ import psycopg
 
 from pgqueue import migrate
 from pgqueue.errors import ConfigError
+from pgqueue.states import FINISHED_STATES
 from tests.chaos import app as chaos
 from tests.chaos.report import Row, publish
 from tests.helpers import WorkerProcess, wait_until
@@ -42,7 +43,7 @@ FULL = os.environ.get("PGQUEUE_CHAOS", "").lower() == "full"
 MODE = "full" if FULL else "short"
 APP = "tests.chaos.app:app"
 WORKER_APPNAME = "pgqueue-chaos-worker"  # PGAPPNAME of the worker processes
-TERMINAL = ("succeeded", "failed", "canceled")
+TERMINAL = FINISHED_STATES
 
 
 @dataclass(frozen=True)

@@ -47,16 +47,17 @@ from pgqueue.contrib.django._framework import Task as DjangoTask
 from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
 from pgqueue.runs import Run, RunHandle
+from pgqueue.states import RunState
 from pgqueue.tasks import BoundTask, Task
 
-STATUS = {
-    "scheduled": TaskResultStatus.READY,
-    "queued": TaskResultStatus.READY,
-    "waiting": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "succeeded": TaskResultStatus.SUCCESSFUL,
-    "failed": TaskResultStatus.FAILED,
-    "canceled": TaskResultStatus.FAILED,
+STATUS: dict[str, Any] = {
+    RunState.SCHEDULED: TaskResultStatus.READY,
+    RunState.QUEUED: TaskResultStatus.READY,
+    RunState.WAITING: TaskResultStatus.READY,
+    RunState.RUNNING: TaskResultStatus.RUNNING,
+    RunState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    RunState.FAILED: TaskResultStatus.FAILED,
+    RunState.CANCELED: TaskResultStatus.FAILED,
 }
 MARK = "_pgqueue_django_task"  # on the function registered with pgqueue: the Django task
 
@@ -165,7 +166,7 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
             for e in app.run_errors(run.id)
             if e["kind"] != "retried"
         ]
-        if run.state == "canceled":
+        if run.state == RunState.CANCELED:
             errors.append(
                 TaskError(
                     exception_class_path="pgqueue.errors.RunCanceled",

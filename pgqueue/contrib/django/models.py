@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from django.db import models
 
-STATE_CHOICES = [
-    (s, s) for s in ("scheduled", "queued", "running", "waiting", "succeeded", "failed", "canceled")
-]
+from pgqueue.states import STATES
+
+# Plain strings: the choices the migration of this model records.
+STATE_CHOICES = [(s.value, s.value) for s in STATES]
 
 
 class Run(models.Model):
