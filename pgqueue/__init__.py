@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from pgqueue._checks import ValidationError
 from pgqueue.app import App, QueueConfig
 from pgqueue.context import Context
 from pgqueue.errors import (
@@ -27,7 +28,7 @@ from pgqueue.retry import RetryPolicy
 from pgqueue.runs import Run, RunHandle
 from pgqueue.schedules import InvalidSchedule, Schedule, UnknownSchedule
 from pgqueue.states import RunState
-from pgqueue.tasks import Task, ValidationError
+from pgqueue.tasks import Task
 
 __all__ = [
     "App",

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from pgqueue import _json, _sql
-from pgqueue.tasks import EnqueueOptions, build_row, check_key, check_name, check_seconds
+from pgqueue._checks import check_key, check_name, check_seconds
+from pgqueue.tasks import EnqueueOptions, build_row
 
 if TYPE_CHECKING:
     from pgqueue.app import App

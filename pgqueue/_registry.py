@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import schedules as _schedules
+from pgqueue._checks import check_name
 from pgqueue.errors import OutOfRange, UnknownTask
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
-from pgqueue.tasks import GroupFn, Hook, Task, Validator, check_name
+from pgqueue.tasks import GroupFn, Hook, Task, Validator
 
 if TYPE_CHECKING:
     from pgqueue.app import App

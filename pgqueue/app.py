@@ -16,12 +16,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pgqueue import _enqueue, _inserts, _inspect, _json, _operator, _pool, _registry, db, migrate
 from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
+from pgqueue._checks import check_name
 from pgqueue._registry import LIMIT_MAX, QueueConfig
 from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
 from pgqueue.errors import OutOfRange
 from pgqueue.runs import Run, RunHandle
-from pgqueue.tasks import RunRow, Task, check_name
+from pgqueue.tasks import RunRow, Task
 
 if TYPE_CHECKING:
     from pgqueue.worker import Worker

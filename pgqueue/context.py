@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.tasks import check_seconds
+from pgqueue._checks import check_seconds
 
 if TYPE_CHECKING:
     from pgqueue.runs import RunHandle

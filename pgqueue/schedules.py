@@ -25,8 +25,8 @@ import psycopg
 from croniter import CroniterError, croniter
 
 from pgqueue import _json, _sql
+from pgqueue._checks import check_name
 from pgqueue.errors import UserError
-from pgqueue.tasks import check_name
 
 if TYPE_CHECKING:
     from pgqueue.app import App

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from psycopg.rows import dict_row
 
 from pgqueue import _json, _sql
+from pgqueue._checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 from pgqueue.errors import LeaseLost, UserError
 from pgqueue.states import RunState
-from pgqueue.tasks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 
 if TYPE_CHECKING:
     from pgqueue.app import App

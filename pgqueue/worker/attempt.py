@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import _json
+from pgqueue._checks import ValidationError
 from pgqueue.context import Context
 from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.states import RunState
-from pgqueue.tasks import Task, ValidationError
+from pgqueue.tasks import Task
 from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Outcome
 from pgqueue.workflows import Durable, Suspend
