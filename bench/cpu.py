@@ -72,7 +72,14 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def postgres_pids() -> list[int]:
+def postgres_pids(conn: psycopg.Connection[Any] | None = None) -> list[int]:
+    """Every `postgres` process on the machine; with `conn`, only the backends connected
+    to its database (--server-cpu backends: other load on a shared server left out)."""
+    if conn is not None:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        ).fetchall()
+        return [int(r[0]) for r in rows]
     out = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
@@ -85,7 +92,9 @@ def machine_busy() -> tuple[int, int]:
     return sum(values) - idle, sum(values)
 
 
-def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
+def drain(
+    lib: compare.Lib, workers: int, runs: int, backends_only: bool = False
+) -> dict[str, float]:
     lib.fresh()
     try:
         lib.bulk(runs // 1000 - 2, 1000)  # bulk() adds 2 warm-up batches
@@ -95,17 +104,21 @@ def drain(lib: compare.Lib, workers: int, runs: int) -> dict[str, float]:
             lib.vacuum(conn)
             n, since = compare.unfinished(conn, lib), compare.db_clock(conn)
             marks: dict[str, Any] = {}
+            server = conn if backends_only else None
 
             def on_start() -> None:
                 marks["wal"] = conn.execute(WAL).fetchone()
                 marks["t"], marks["w"] = time.monotonic(), cpu_seconds(pids)
-                marks["m"], marks["pg"] = machine_busy(), cpu_seconds(postgres_pids())
+                marks["pgpids"] = postgres_pids(server)
+                marks["m"], marks["pg"] = machine_busy(), cpu_seconds(marks["pgpids"])
 
             with lib.workers(workers) as procs:
                 pids = [p.pid for p in procs]
                 compare.watch_drain(conn, lib, procs, n, since, on_start=on_start)
                 t1, w1, m1 = time.monotonic(), cpu_seconds(pids), machine_busy()
-                pg1 = cpu_seconds(postgres_pids())
+                # The same processes as at the start (backends: also any opened since).
+                pgpids = set(marks["pgpids"]) | set(postgres_pids(server))
+                pg1 = cpu_seconds(list(pgpids))
                 peak = max(peak_rss_mb(pid) for pid in pids)
             # Backends report WAL and commit counts at most once a second, and when they
             # exit: read them once the workers (and so their backends) are gone.
@@ -144,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a pgqueue worker run with these extra `pgqueue worker` options, e.g."
         " 'plain=--no-tune-gc' (repeatable; measured alongside --libs, interleaved)",
     )
+    p.add_argument(
+        "--server-cpu",
+        choices=["all", "backends"],
+        default="all",
+        help="server CPU of every postgres process (all), or only of the backends"
+        " connected to the scratch database (backends: for a server with other load)",
+    )
     args = p.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",")]
     variants = dict(v.split("=", 1) for v in args.variant)
@@ -157,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                     lib.worker_args = tuple(shlex.split(variants[name]))
                 else:
                     lib = compare.CLASSES[name](name, args.server)
-                got = drain(lib, workers, args.runs)
+                got = drain(lib, workers, args.runs, args.server_cpu == "backends")
                 results.setdefault((name, workers), []).append(got)
                 line = ", ".join(f"{k} {v:,.1f}" for k, v in got.items())
                 print(f"  [r{r + 1}] {name}, {workers} worker(s): {line}", flush=True)

@@ -4,11 +4,14 @@ reports on the loop the ones it could not extend (lost: expired, rescued or canc
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from datetime import timedelta
 
 import psycopg
 
 import pgqueue
+from pgqueue.worker._claimed import Claimed
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
 from tests.helpers import scalar
 from tests.worker import parts
@@ -132,3 +135,22 @@ def test_permits_of_attempts_no_longer_running_here_are_swept(app: pgqueue.App, 
     assert (
         scalar(dsn, "SELECT count(*) FROM pgqueue.zombie_permits WHERE run_id = %s", (row.id,)) == 1
     )
+
+
+def test_a_claim_is_remembered_by_its_leases_not_its_rows() -> None:
+    """add() keeps (id, token) pairs until the next snapshot, up to a third of the lease:
+    a run's arguments must not live that long (at thousands of runs a second they filled
+    the collector's oldest generation and the worker's memory)."""
+
+    class Argument:
+        pass
+
+    arg = Argument()
+    alive = weakref.ref(arg)
+    row = Claimed(7, "t", "default", [arg], {}, 1, 1, None, "token", 0, "", None, 0.0, False)
+    keeper = LeaseKeeper("", parts.WORKER_ID, 60, list, lambda gone: None)
+    keeper.add([row])
+    del row, arg
+    gc.collect()
+    assert alive() is None
+    assert list(keeper._claims) == [[(7, "token")]]

@@ -53,7 +53,10 @@ class LeaseKeeper:
         self.lost = lost
         self.running = running
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._claims: deque[Sequence[Claimed]] = deque()  # since the last snapshot
+        # the leases of every claim since the last snapshot: (id, token) pairs, never the
+        # rows, whose arguments would then outlive their runs by up to a third of the lease
+        # and fill the collector's oldest generation
+        self._claims: deque[list[tuple[int, str]]] = deque()
         self._leases: dict[tuple[int, str], None] = {}  # the thread's own
         self._handshake = threading.Lock()  # a snapshot is taken, or given up, not both
         self._stopped = threading.Event()
@@ -62,7 +65,7 @@ class LeaseKeeper:
 
     def add(self, rows: Sequence[Claimed]) -> None:
         """On the loop: a claim landed; its rows are held under lease from now on."""
-        self._claims.append(rows)
+        self._claims.append([(row.id, row.lease_token) for row in rows])
 
     def start(self) -> None:
         """On the loop, whose held leases it renews."""
@@ -107,8 +110,7 @@ class LeaseKeeper:
         else:
             leases = self._leases
             while self._claims:
-                for row in self._claims.popleft():
-                    leases[(row.id, row.lease_token)] = None
+                leases.update(dict.fromkeys(self._claims.popleft()))
         if self._conn is None or self._conn.closed:
             # a connect that hangs must not outlast the lease it is meant to renew
             timeout = max(2, int(self._every()))
