@@ -138,9 +138,9 @@ def test_permits_of_attempts_no_longer_running_here_are_swept(app: pgqueue.App, 
 
 
 def test_a_claim_is_remembered_by_its_leases_not_its_rows() -> None:
-    """add() keeps (id, token) pairs until the next snapshot, up to a third of the lease:
-    a run's arguments must not live that long (at thousands of runs a second they filled
-    the collector's oldest generation and the worker's memory)."""
+    """add() leaves the thread the loop's held leases plus the claim's, as (id, token)
+    pairs: a run's arguments must not live until the next renewal (at thousands of runs a
+    second they filled the collector's oldest generation and the worker's memory)."""
 
     class Argument:
         pass
@@ -148,9 +148,13 @@ def test_a_claim_is_remembered_by_its_leases_not_its_rows() -> None:
     arg = Argument()
     alive = weakref.ref(arg)
     row = Claimed(7, "t", "default", [arg], {}, 1, 1, None, "token", 0, "", None, 0.0, False)
-    keeper = LeaseKeeper("", parts.WORKER_ID, 60, list, lambda gone: None)
+    held = [(5, "older")]
+    keeper = LeaseKeeper("", parts.WORKER_ID, 60, lambda: list(held), lambda gone: None)
     keeper.add([row])
     del row, arg
     gc.collect()
     assert alive() is None
-    assert list(keeper._claims) == [[(7, "token")]]
+    assert keeper._latest == [(5, "older"), (7, "token")]
+    held = [(7, "token")]  # the earlier lease ended, the claimed run is held now
+    keeper.add([])
+    assert keeper._latest == [(7, "token")]  # one list, as long as what is held

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
@@ -27,12 +26,13 @@ class LeaseKeeper:
     event loop (time.sleep in an async task) does not cost the worker its leases.
 
     What to renew: before each renewal the thread asks the loop for the leases it holds
-    (`held()`, called on the loop only). When the loop
-    does not answer within SNAPSHOT_WAIT (task code blocks it), the thread renews what the
-    last answer held plus the rows of every claim since (add(): one append per claim, no
-    cost per run); leases that ended meanwhile are fenced out by their tokens and are
-    simply not renewed. A lease held and not renewed was lost: `lost(leases)` is called on
-    the loop (which stops those attempts) once it runs again."""
+    (`held()`, called on the loop only). When the loop does not answer within
+    SNAPSHOT_WAIT (task code blocks it), the thread renews the latest list the loop left
+    it: the answer to the last snapshot, or what the loop held at its last claim plus that
+    claim's rows (add(): the loop's list is bounded by the concurrency, so memory does not
+    grow with throughput); leases that ended meanwhile are fenced out by their tokens and
+    are simply not renewed. A lease held and not renewed was lost: `lost(leases)` is called
+    on the loop (which stops those attempts) once it runs again."""
 
     name = "lease keeper"
     SNAPSHOT_WAIT = 0.5  # seconds the thread waits for the loop's list of held leases
@@ -53,19 +53,23 @@ class LeaseKeeper:
         self.lost = lost
         self.running = running
         self._loop: asyncio.AbstractEventLoop | None = None
-        # the leases of every claim since the last snapshot: (id, token) pairs, never the
-        # rows, whose arguments would then outlive their runs by up to a third of the lease
-        # and fill the collector's oldest generation
-        self._claims: deque[list[tuple[int, str]]] = deque()
-        self._leases: dict[tuple[int, str], None] = {}  # the thread's own
+        # The loop's latest list of held leases (replaced whole: one reference swap, which
+        # the thread reads without a lock), and those of it the thread found lost since.
+        self._latest: list[tuple[int, str]] = []
+        self._gone: set[tuple[int, str]] = set()
         self._handshake = threading.Lock()  # a snapshot is taken, or given up, not both
         self._stopped = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
         self._thread = threading.Thread(target=self._run, name="pgqueue-leases", daemon=True)
 
     def add(self, rows: Sequence[Claimed]) -> None:
-        """On the loop: a claim landed; its rows are held under lease from now on."""
-        self._claims.append([(row.id, row.lease_token) for row in rows])
+        """On the loop: a claim landed; its rows are held under lease from now on. The
+        thread's fallback becomes what the loop holds now plus these rows (not a list of
+        every claim since the last snapshot: that grew with the throughput, and kept tens
+        of thousands of entries alive for a third of the lease)."""
+        latest = self.held()
+        latest.extend([(row.id, row.lease_token) for row in rows])
+        self._latest = latest
 
     def start(self) -> None:
         """On the loop, whose held leases it renews."""
@@ -105,17 +109,14 @@ class LeaseKeeper:
         snapshot = self._snapshot()
         running = None
         if snapshot is not None:
-            held_now, running = snapshot
-            self._leases = leases = dict.fromkeys(held_now)
-        else:
-            leases = self._leases
-            while self._claims:
-                leases.update(dict.fromkeys(self._claims.popleft()))
+            held, running = snapshot
+            self._gone = set()
+        else:  # lost ones were told already: renew (and tell) only the others
+            held = [lease for lease in self._latest if lease not in self._gone]
         if self._conn is None or self._conn.closed:
             # a connect that hangs must not outlast the lease it is meant to renew
             timeout = max(2, int(self._every()))
             self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeout)
-        held = list(leases)
         params = {
             "worker_id": self.worker_id,
             "lease_seconds": self.lease_seconds,
@@ -127,8 +128,7 @@ class LeaseKeeper:
         cur = self._conn.execute(_sql.query("renew_leases"), params)
         renewed = {(row[0], row[1]) for row in cur}
         lost = [lease for lease in held if lease not in renewed]
-        for lease in lost:
-            del leases[lease]
+        self._gone.update(lost)
         if lost:  # those the loop still holds when it gets this (it may be blocked)
             self._to_loop(self.lost, lost)
         return self._every()
@@ -144,9 +144,9 @@ class LeaseKeeper:
             with self._handshake:
                 if abandoned:
                     return
-                # claims up to now are held on the loop: this snapshot covers them
-                self._claims.clear()
-                answer.append((self.held(), self.running() if self.running else None))
+                held = self.held()
+                self._latest = held
+                answer.append((held, self.running() if self.running else None))
             answered.set()
 
         if not self._to_loop(take):
