@@ -8,6 +8,8 @@ from pathlib import Path
 
 from alembic import op
 
+from pgqueue import _sql
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
@@ -16,6 +18,8 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
+    for name in ("json_too_deep", "check_length", "check_depth", "enqueue", "emit_event"):
+        op.execute(_sql.definition(f"functions/{name}"))
 
 
 def downgrade() -> None:

@@ -22,9 +22,6 @@ if TYPE_CHECKING:
 
 
 FRONT = (-32768, 0)  # a (priority, id) before every run's: claim.sql reads from the front
-# Int2/Int8: the same parameter types whatever the values (psycopg sends a plain int as
-# the smallest type that holds it), so that the claim stays one prepared statement.
-FROM_FRONT = {"after_priority": Int2(FRONT[0]), "after_id": Int8(FRONT[1])}
 FRONT_EVERY = 0.1  # seconds between a worker's claims of a queue from its front, at most
 
 
@@ -49,6 +46,8 @@ class ClaimMarks:
         if mark is None or now - self._front_at.get(queue, -self.every) >= self.every:
             self._front_at[queue] = now
             mark = FRONT
+        # Int2/Int8: the same parameter types whatever the values (psycopg sends a plain
+        # int as the smallest type that holds it): the claim stays one prepared statement.
         return {"after_priority": Int2(mark[0]), "after_id": Int8(mark[1])}
 
     def landed(self, queue: str, rows: Sequence[Claimed]) -> None:

@@ -13,7 +13,7 @@ import pytest
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from pgqueue.worker.connection import configure_connection
-from pgqueue.worker.semaphores import FROM_FRONT
+from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
 

@@ -10,9 +10,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgqueue import _sql
 from pgqueue.worker._claimed import Claimed, claimed_row
-from pgqueue.worker.semaphores import FROM_FRONT
+from pgqueue.worker.semaphores import ClaimMarks
 
 WORKER_ID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
+# claim.sql's start parameters for a claim from the front, as a worker's first claim
+FROM_FRONT = ClaimMarks().start("default")
 
 
 def claim(dsn: str, limit: int, queue: str = "default", lease_seconds: float = 30) -> list[Claimed]:

@@ -15,7 +15,8 @@ from pgqueue import _sql
 from pgqueue.worker import semaphores
 from pgqueue.worker._claimed import Claimed, claimed_row
 from pgqueue.worker._completer import Outcome, complete_params
-from pgqueue.worker.semaphores import FROM_FRONT, ClaimMarks
+from pgqueue.worker.semaphores import ClaimMarks
+from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
 
