@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pgqueue.dashboard import routes as _routes  # noqa: F401  (registers the pages)
 from pgqueue.dashboard.core import Dashboard
 
 if TYPE_CHECKING:

@@ -1,0 +1,192 @@
+"""The dashboard's pages and JSON endpoints (DESIGN 15), registered with core.route: each
+takes the Dashboard, the Request and the path's match, and returns a Response."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from typing import Any
+
+from pgqueue.dashboard import charts, data
+from pgqueue.dashboard.core import (
+    Dashboard,
+    Problem,
+    Request,
+    Response,
+    int_param,
+    json_response,
+    request_json,
+    route,
+)
+from pgqueue.errors import RunNotFound
+
+# -- pages and endpoints ---------------------------------------------------------------
+
+
+@route("GET", "/")
+def overview_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    return d.page(req, "overview.html", overview_context(d))
+
+
+@route("GET", "/parts/overview")
+def overview_part(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """The live part of the overview, which the page's script fetches every 2 s."""
+    return d.page(req, "overview_part.html", overview_context(d))
+
+
+def overview_context(d: Dashboard) -> dict[str, Any]:
+    with d.db() as conn:
+        view = data.overview(conn)
+    return {**view, "charts": charts.overview(view["throughput"], view["now"])}
+
+
+@route("GET", "/api/queues")
+def queues_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return json_response(data.overview(conn))
+
+
+def run_filter(req: Request) -> data.RunFilter:
+    return data.RunFilter.from_mapping(dict(req.query))
+
+
+@route("GET", "/runs")
+def runs_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    filt = run_filter(req)
+    with d.db() as conn:
+        page = data.list_runs(conn, filt, req.query.get("cursor"))
+    query = filt.to_json()
+    next_url = None
+    if page["next"]:
+        next_url = f"{req.root}/runs?" + urllib.parse.urlencode({**query, "cursor": page["next"]})
+    return d.page(
+        req,
+        "runs.html",
+        {**page, "f": filt, "next_url": next_url, "first": not req.query.get("cursor")},
+    )
+
+
+@route("GET", "/api/runs")
+def runs_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    limit = int_param(req, "limit", data.PAGE_SIZE, 1, 500)
+    with d.db() as conn:
+        return json_response(
+            data.list_runs(conn, run_filter(req), req.query.get("cursor"), limit=limit)
+        )
+
+
+@route("GET", "/api/runs/count")
+def runs_count_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """How many runs a bulk action would reach (the page asks before it acts)."""
+    action = req.query.get("action", "")
+    with d.db() as conn:
+        return json_response({"count": data.count_matching(conn, action, run_filter(req))})
+
+
+@route("GET", r"/runs/(\d{1,18})")
+def run_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        run = data.get_run(conn, int(m[1]))
+    return d.page(
+        req,
+        "run.html",
+        {"run": run, "timeline": charts.timeline(run["steps"]), "tree": tree(run)},
+    )
+
+
+@route("GET", r"/api/runs/(\d{1,18})")
+def run_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return json_response(data.get_run(conn, int(m[1])))
+
+
+@route("POST", r"/api/runs/(\d{1,18})/(cancel|retry)")
+def run_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    run_id, action = int(m[1]), m[2]
+    with d.db() as conn:
+        done = data.cancel(conn, run_id) if action == "cancel" else data.retry(conn, run_id)
+        if not done and not data.exists(conn, run_id):
+            raise RunNotFound(f"no run with id {run_id}")
+    key = "canceled" if action == "cancel" else "retried"
+    return d.acted(req, {"id": run_id, key: done})
+
+
+@route("POST", "/api/runs/bulk")
+def bulk_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    body = request_json(req)
+    action = body.get("action")
+    filt_values = body.get("filter", {})
+    if not isinstance(action, str) or not isinstance(filt_values, dict):
+        raise Problem(400, 'expected {"action": "cancel"|"retry", "filter": {...}}')
+    with d.db() as conn:
+        count = data.bulk(conn, action, data.RunFilter.from_mapping(filt_values))
+    return d.acted(req, {"action": action, "count": count})
+
+
+@route("GET", "/queues/([^/]{1,512})")
+def queue_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        queue = data.get_queue(conn, urllib.parse.unquote(m[1]))
+    return d.page(req, "queue.html", {"q": queue})
+
+
+@route("GET", "/api/queues/([^/]{1,512})")
+def queue_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return json_response(data.get_queue(conn, urllib.parse.unquote(m[1])))
+
+
+@route("POST", "/api/queues/([^/]{1,512})/(pause|resume)")
+def queue_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    name, paused = urllib.parse.unquote(m[1]), m[2] == "pause"
+    with d.db() as conn:
+        data.set_queue_paused(conn, name, paused)
+    return d.acted(req, {"queue": name, "paused": paused})
+
+
+@route("GET", "/workers")
+def workers_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return d.page(req, "workers.html", data.list_workers(conn))
+
+
+@route("GET", "/api/workers")
+def workers_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return json_response(data.list_workers(conn))
+
+
+@route("GET", "/schedules")
+def schedules_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return d.page(req, "schedules.html", data.list_schedules(conn))
+
+
+@route("GET", "/api/schedules")
+def schedules_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return json_response(data.list_schedules(conn))
+
+
+@route("POST", "/api/schedules/([^/]{1,512})/(trigger|pause|resume)")
+def schedule_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    name = urllib.parse.unquote(m[1])
+    with d.db() as conn:
+        result = data.schedule_action(conn, name, m[2])
+    return d.acted(req, {"schedule": name, **result})
+
+
+def tree(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The children rows nested under their parents (depth-first order for the page)."""
+    by_parent: dict[int, list[dict[str, Any]]] = {}
+    for child in run["children"]:
+        by_parent.setdefault(child["parent_id"], []).append(child)
+    out: list[dict[str, Any]] = []
+
+    def walk(parent: int, depth: int) -> None:
+        for child in by_parent.get(parent, []):
+            out.append({**child, "depth": depth})
+            walk(child["id"], depth + 1)
+
+    walk(run["id"], 0)
+    return out
