@@ -11,7 +11,7 @@ import psycopg
 
 from pgqueue import _json, _sql
 from pgqueue._checks import check_key, check_name, check_seconds
-from pgqueue.tasks import EnqueueOptions, build_row
+from pgqueue._rows import EnqueueOptions, build_row
 
 if TYPE_CHECKING:
     from pgqueue.app import App
