@@ -39,7 +39,7 @@ from bench.common import (
 from bench.raw_listener import CHANNEL as RAW_CHANNEL
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome
-from pgqueue.worker.semaphores import FROM_FRONT
+from pgqueue.worker.semaphores import ClaimMarks
 
 try:  # a core from before completions were one jsonb document (bench --snapshot-rev)
     from pgqueue.worker._completer import complete_params
@@ -213,7 +213,7 @@ def _drain_sql_only(conn: Conn, queue: str, limit: int) -> float:
         "limit": limit,
         "worker_id": worker_id,
         "lease_seconds": 30.0,
-        **FROM_FRONT,
+        **ClaimMarks().start(""),  # from the front
     }
     done = 0
     t0 = time.perf_counter()
@@ -574,7 +574,7 @@ class ClaimLoop:
             "limit": self.limit,
             "worker_id": self.worker_id,
             "lease_seconds": 30.0,
-            **FROM_FRONT,
+            **ClaimMarks().start(""),  # from the front
         }
         claim_q, complete_q = _sql.query("claim"), _sql.query("complete")
         for _ in range(cycles):
@@ -730,7 +730,7 @@ def explain_hot_queries(conn: Conn, limit: int) -> str:
         "limit": limit,
         "worker_id": worker_id,
         "lease_seconds": 30.0,
-        **FROM_FRONT,
+        **ClaimMarks().start(""),  # from the front
     }
     for mode in ("force_custom_plan", "force_generic_plan"):
         with conn.transaction(force_rollback=True):

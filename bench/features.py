@@ -60,7 +60,7 @@ from bench.common import (
     write_report,
 )
 from pgqueue import _sql
-from pgqueue.worker.semaphores import FROM_FRONT
+from pgqueue.worker.semaphores import ClaimMarks
 
 APP = "bench.feature_apps:app"
 RATIO_TARGET = 0.70  # (b) and (c) within 30% of (a)
@@ -190,7 +190,7 @@ def drain_sql(conn: Conn, queue: str, limit: int, limited: bool) -> float:
         "worker_id": worker_id,
         "lease_seconds": 30.0,
         "finishing": [],
-        **FROM_FRONT,
+        **ClaimMarks().start(""),  # from the front
     }
     claim_q = _sql.query("claim_limited" if limited else "claim")
     done = 0

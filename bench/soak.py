@@ -91,7 +91,7 @@ from bench.common import (
     write_report,
 )
 from pgqueue import _sql
-from pgqueue.worker.semaphores import FROM_FRONT
+from pgqueue.worker.semaphores import ClaimMarks
 
 QUEUE = apps.SYNC_QUEUE
 DECLINE_TARGET = 15.0  # percent, first to last interval
@@ -373,7 +373,7 @@ def claim_probe(conn: Conn) -> dict[str, float]:
     """EXPLAIN (ANALYZE, BUFFERS) of claim.sql (limit 10) on the soak queue, rolled back:
     median execution ms of 3, and the shared buffers the last one touched."""
     params = {"queue": QUEUE, "limit": 10, "worker_id": uuid.uuid4(), "lease_seconds": 30.0}
-    params |= FROM_FRONT
+    params |= ClaimMarks().start("")  # from the front
     times, buffers, claimed = [], 0, 0
     for _ in range(3):
         with conn.transaction(force_rollback=True):

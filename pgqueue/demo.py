@@ -114,7 +114,7 @@ def run(dsn: str | None, count: int) -> None:
         summary = conn.execute(_sql.query("demo_summary"), {"ids": ids}).fetchone()
     states, failed_attempts = summary if summary else ({}, 0)
     retried = (failed_attempts,)
-    pickups = sorted(worker.pickup_seconds) or [0.0]
+    pickups = sorted(worker.producer.pickup_seconds) or [0.0]
     click.echo("")
     click.echo(
         f"enqueued {len(ids)} runs in {enqueue_ms:.0f} ms; "

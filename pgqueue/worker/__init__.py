@@ -17,7 +17,7 @@ import asyncio
 import logging
 import threading
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -28,7 +28,6 @@ from pgqueue.worker import connection, registration, shutdown
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
 from pgqueue.worker._transitions import Transitions
-from pgqueue.worker.attempt import Held
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance import queue_depth
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
@@ -154,31 +153,6 @@ class Worker:
     def wake(self) -> None:
         """Claim now, if slots are free."""
         self.producer.wake()
-
-    # -- what the parts hold, for tests and tools -------------------------------------
-
-    @property
-    def pool(self) -> AsyncConnectionPool[Any]:
-        assert self._pool is not None
-        return self._pool
-
-    @property
-    def held(self) -> set[Held]:
-        """The attempts this process holds."""
-        return self.executor.held
-
-    @property
-    def claim_batch(self) -> int:
-        return self.producer.claim_batch
-
-    @property
-    def pickup_seconds(self) -> deque[float]:
-        return self.producer.pickup_seconds
-
-    @property
-    def _threads_quiet(self) -> asyncio.Future[None] | None:
-        """Set while draining waits for the attempts running in threads."""
-        return self.executor.threads_quiet
 
     # -- main -------------------------------------------------------------------------
 

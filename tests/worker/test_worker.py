@@ -15,8 +15,8 @@ import pytest
 import pgqueue
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome, complete_params
-from pgqueue.worker.semaphores import FROM_FRONT
 from tests.helpers import InProcessWorker, wait_until
+from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
 FAST = pgqueue.RetryPolicy(base=0.05, jitter=0)
@@ -147,7 +147,7 @@ def test_sync_task_timeout_keeps_its_slot_until_the_function_returns(app: pgqueu
         wait_until(lambda: app.get_run(h.id).state == "failed", message="the timeout's failure")
         assert "timeout" in (app.get_run(h.id).error or "")
         h2 = after.enqueue()
-        assert len(w.held) == 1  # the stuck attempt's slot: nothing else can be claimed
+        assert len(w.executor.held) == 1  # the stuck attempt's slot: nothing else can be claimed
         assert app.get_run(h2.id).state == "queued"
         release.set()
         assert second.wait(10), "the slot did not come back when the function returned"
@@ -184,7 +184,7 @@ def test_stop_waits_for_a_running_sync_task_within_grace(app: pgqueue.App) -> No
     with InProcessWorker(app, grace=30) as w:
         assert started.wait(10)
         w.stop()
-        wait_until(lambda: w._threads_quiet is not None, message="the worker to drain")
+        wait_until(lambda: w.executor.threads_quiet is not None, message="the worker to drain")
         go.set()
     assert w.stats["released"] == 0
     assert app.get_run(h.id).result == "done"
@@ -234,7 +234,7 @@ def test_cancel_a_running_run_stops_it(app: pgqueue.App) -> None:
         assert started.wait(10)
         assert app.cancel(h.id)
         assert stopped.wait(5), "the async task was not cancelled"
-        wait_until(lambda: not w.held, message="worker to drop the canceled run")
+        wait_until(lambda: not w.executor.held, message="worker to drop the canceled run")
     assert app.get_run(h.id).state == "canceled"
 
 
@@ -616,7 +616,7 @@ def test_two_claims_in_flight_stay_within_the_concurrency(
     claim = producer._claim
 
     async def spy(queue: str, limit: int) -> int:
-        taken.append(len(worker.held) + producer.reserved)
+        taken.append(len(worker.executor.held) + producer.reserved)
         asked.append(producer.reserved)
         return await claim(queue, limit)
 
@@ -634,7 +634,7 @@ def test_two_claims_in_flight_stay_within_the_concurrency(
     assert max(taken) <= 100
     assert peak_running <= 100
     # two claims were on their way at once (their asks add up past one batch)
-    assert max(asked) > worker.claim_batch, asked[:20]
+    assert max(asked) > worker.producer.claim_batch, asked[:20]
 
 
 def test_burst_returns_once_every_outcome_is_written(
