@@ -36,6 +36,7 @@ __all__ = [
     "NOTIFY_ENV",
     "App",
     "ConnectionProvider",
+    "DsnSource",
     "EnqueueDeferrer",
     "QueueConfig",
     "SyncWrapper",
@@ -47,6 +48,8 @@ NOTIFY_ENV = "PGQUEUE_NOTIFY"
 ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
 # Takes over an enqueue that cannot join the caller's open transaction (see App.insert_runs).
 EnqueueDeferrer = Callable[["App", Sequence[RunRow]], "list[RunHandle] | None"]
+# Returns the DSN to use now (see App.dsn_source).
+DsnSource = Callable[[], str]
 # Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
 # App.sync_wrappers.
 SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
@@ -92,8 +95,14 @@ class App(AsyncApp):
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueConfig] = {}
         self.schedules: dict[str, _schedules.Schedule] = {}
+        # When the App has no DSN of its own: asked for the DSN at every use, so that the
+        # App follows a framework's settings as they are then (Django's test runner points
+        # DATABASES at test_<name> after the App was configured). The pool reopens when
+        # the answer changes.
+        self.dsn_source: DsnSource | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._pool_pid = 0
+        self._pool_dsn = ""
         self._lock = threading.Lock()
         self.connection_provider: ConnectionProvider | None = None
         # For a caller's transaction that pgqueue cannot join (Django on psycopg2): called
@@ -111,9 +120,20 @@ class App(AsyncApp):
 
     @property
     def dsn(self) -> str:
-        if self._dsn is None:
-            self._dsn = db.resolve_dsn(None)
+        """The DSN given (App(dsn=...), configure), else dsn_source's answer now, else
+        $PGQUEUE_DSN."""
+        if self._dsn is not None:
+            return self._dsn
+        if self.dsn_source is not None:
+            return self.dsn_source()
+        self._dsn = db.resolve_dsn(None)
         return self._dsn
+
+    @property
+    def has_own_dsn(self) -> bool:
+        """Whether a DSN was given (App(dsn=...), configure(dsn=...)) or already resolved
+        from $PGQUEUE_DSN, rather than asked of dsn_source at each use."""
+        return self._dsn is not None
 
     def configure(self, *, dsn: str | None = None, notify: bool | None = None) -> None:
         """Override settings after import (the CLI's --dsn). Closes an open pool."""
@@ -194,10 +214,14 @@ class App(AsyncApp):
     # -- database access ----------------------------------------------------------------
 
     def _get_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        dsn = self.dsn
         with self._lock:
-            if self._pool is None or self._pool_pid != os.getpid():
-                self._pool = _pool.open_pool(self.dsn, self.pool_size)
+            if self._pool is None or self._pool_pid != os.getpid() or self._pool_dsn != dsn:
+                if self._pool is not None and self._pool_pid == os.getpid():
+                    self._pool.close()  # the DSN changed: its connections go with it
+                self._pool = _pool.open_pool(dsn, self.pool_size)
                 self._pool_pid = os.getpid()
+                self._pool_dsn = dsn
             return self._pool
 
     @contextlib.contextmanager
