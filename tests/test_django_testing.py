@@ -221,3 +221,36 @@ def test_manage_py_test_uses_the_test_database_and_leaves_none_behind(
     assert "Ran 2 tests" in output and "OK" in output
     assert "being accessed by other users" not in output
     assert_untouched_and_cleaned_up(databases, names)
+
+
+def test_manage_py_migrate_creates_the_pgqueue_schema_unless_turned_off(
+    development: tuple[Databases, list[str]], tmp_path: Path
+) -> None:
+    """The Run model is unmanaged: Django's migration of it creates nothing, but its
+    post_migrate runs pgqueue's migrations. PGQUEUE['MIGRATE'] = False leaves that to
+    `manage.py pgqueue migrate`, and the system check says so."""
+    from pgqueue import migrate
+
+    databases, names = development
+    write_suite(
+        tmp_path,
+        {"no_migrate_settings.py": SETTINGS + 'PGQUEUE = {**PGQUEUE, "MIGRATE": False}\n'},
+    )
+    manage = str(PROJECT / "manage.py")
+    done = run_suite([manage, "migrate"], tmp_path, databases, names)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Applying pgqueue.0001_initial... OK" in done.stdout
+    assert f"pgqueue schema (pgqueue's own migrations) at revision {migrate.head()}" in done.stdout
+    version = "SELECT version_num FROM pgqueue.alembic_version"
+    assert scalar(databases.dsn(names[0]), version) == migrate.head()
+
+    other = [names[1], names[0]]  # DATABASES['default'] on the second database
+    off = ["--settings", "no_migrate_settings"]
+    done = run_suite([manage, "migrate", *off], tmp_path, databases, other)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pgqueue schema" not in done.stdout
+    dsn = databases.dsn(names[1])
+    assert scalar(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+    check = run_suite([manage, "check", "--database", "default", *off], tmp_path, databases, other)
+    assert "pgqueue.W003" in check.stderr + check.stdout
+    assert "manage.py pgqueue migrate" in check.stderr + check.stdout
