@@ -41,7 +41,7 @@ DATABASES["other"] = {**DATABASES["default"], "NAME": os.environ["OTHER_DATABASE
 CHECKS = """
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connections
+from django.db import connections, transaction
 from django.test import override_settings
 
 from myproj.tasks import confirm_order
@@ -66,6 +66,21 @@ def check_runs_meet_the_orm_in_the_test_database():
     assert testing.drain(get_app())["succeeded"] == 2
     order.refresh_from_db()
     assert order.status == "confirmed" and order.receipt_sent_at is not None
+
+
+def check_eager_runs_django_tasks_inline_in_the_callers_transaction():
+    with transaction.atomic():
+        order = Order.objects.create(email="eve@example.com")  # not committed
+        with testing.eager(get_app()) as runs:
+            result = send_receipt.enqueue(order.pk)
+        assert [(r.state, r.result) for r in runs] == [
+            ("succeeded", "receipt sent to eve@example.com")
+        ]
+        assert int(result.id) < 0  # an eager run: never a row
+        order.refresh_from_db()
+        assert order.receipt_sent_at is not None
+    with get_app().connection() as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (0,)
 
 
 def check_override_settings_moves_pgqueue_to_another_alias():
@@ -98,9 +113,15 @@ PYTEST_TESTS = """
 import pytest
 
 from inner_checks import (
+    check_eager_runs_django_tasks_inline_in_the_callers_transaction,
     check_override_settings_moves_pgqueue_to_another_alias,
     check_runs_meet_the_orm_in_the_test_database,
 )
+
+
+@pytest.mark.django_db  # in a transaction rolled back at the end: eager needs no commit
+def test_eager_runs_django_tasks_inline_in_the_callers_transaction():
+    check_eager_runs_django_tasks_inline_in_the_callers_transaction()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -198,7 +219,7 @@ def test_a_pytest_django_suite_uses_the_test_database_and_leaves_none_behind(
         names,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 passed" in done.stdout
+    assert "3 passed" in done.stdout
     assert "being accessed by other users" not in done.stdout + done.stderr
     assert_untouched_and_cleaned_up(databases, names)
 
