@@ -63,8 +63,9 @@ class App(AsyncApp):
     pool (_pool), the async calls (pgqueue.aio). insert_runs and connection(), on every
     Task.enqueue's path, are written out here so that it takes no call more.
 
-    `dsn`: argument > PGQUEUE_DSN > error, resolved at first use so that a module can
-    create its App at import time and the CLI's --dsn can still apply.
+    `dsn`: argument > `dsn_source` (asked at each use) > PGQUEUE_DSN > error, resolved at
+    first use so that a module can create its App at import time and the CLI's --dsn can
+    still apply.
     `notify=False` (or PGQUEUE_NOTIFY=off) disables LISTEN/NOTIFY, for poolers in
     transaction mode; workers then find work by polling.
     `max_payload_bytes`, `max_json_depth`: arguments, results and event payloads larger,
@@ -95,10 +96,9 @@ class App(AsyncApp):
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueConfig] = {}
         self.schedules: dict[str, _schedules.Schedule] = {}
-        # When the App has no DSN of its own: asked for the DSN at every use, so that the
-        # App follows a framework's settings as they are then (Django's test runner points
-        # DATABASES at test_<name> after the App was configured). The pool reopens when
-        # the answer changes.
+        # Without a DSN of its own, the App asks this at each use and follows a framework's
+        # settings (Django's test runner switches DATABASES after setup); the pool reopens
+        # on a new answer.
         self.dsn_source: DsnSource | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._pool_pid = 0
@@ -120,8 +120,6 @@ class App(AsyncApp):
 
     @property
     def dsn(self) -> str:
-        """The DSN given (App(dsn=...), configure), else dsn_source's answer now, else
-        $PGQUEUE_DSN."""
         if self._dsn is not None:
             return self._dsn
         if self.dsn_source is not None:
@@ -131,8 +129,7 @@ class App(AsyncApp):
 
     @property
     def has_own_dsn(self) -> bool:
-        """Whether a DSN was given (App(dsn=...), configure(dsn=...)) or already resolved
-        from $PGQUEUE_DSN, rather than asked of dsn_source at each use."""
+        """A DSN given (App(dsn=...), configure) or resolved from $PGQUEUE_DSN."""
         return self._dsn is not None
 
     def configure(self, *, dsn: str | None = None, notify: bool | None = None) -> None:
