@@ -36,6 +36,7 @@ __all__ = [
     "NOTIFY_ENV",
     "App",
     "ConnectionProvider",
+    "DsnSource",
     "EnqueueDeferrer",
     "QueueConfig",
     "SyncWrapper",
@@ -47,6 +48,8 @@ NOTIFY_ENV = "PGQUEUE_NOTIFY"
 ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
 # Takes over an enqueue that cannot join the caller's open transaction (see App.insert_runs).
 EnqueueDeferrer = Callable[["App", Sequence[RunRow]], "list[RunHandle] | None"]
+# Returns the DSN to use now (see App.dsn_source).
+DsnSource = Callable[[], str]
 # Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
 # App.sync_wrappers.
 SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
@@ -60,8 +63,9 @@ class App(AsyncApp):
     pool (_pool), the async calls (pgqueue.aio). insert_runs and connection(), on every
     Task.enqueue's path, are written out here so that it takes no call more.
 
-    `dsn`: argument > PGQUEUE_DSN > error, resolved at first use so that a module can
-    create its App at import time and the CLI's --dsn can still apply.
+    `dsn`: argument > `dsn_source` (asked at each use) > PGQUEUE_DSN > error, resolved at
+    first use so that a module can create its App at import time and the CLI's --dsn can
+    still apply.
     `notify=False` (or PGQUEUE_NOTIFY=off) disables LISTEN/NOTIFY, for poolers in
     transaction mode; workers then find work by polling.
     `max_payload_bytes`, `max_json_depth`: arguments, results and event payloads larger,
@@ -92,8 +96,13 @@ class App(AsyncApp):
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueConfig] = {}
         self.schedules: dict[str, _schedules.Schedule] = {}
+        # Without a DSN of its own, the App asks this at each use and follows a framework's
+        # settings (Django's test runner switches DATABASES after setup); the pool reopens
+        # on a new answer.
+        self.dsn_source: DsnSource | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._pool_pid = 0
+        self._pool_dsn = ""
         self._lock = threading.Lock()
         self.connection_provider: ConnectionProvider | None = None
         # For a caller's transaction that pgqueue cannot join (Django on psycopg2): called
@@ -111,9 +120,17 @@ class App(AsyncApp):
 
     @property
     def dsn(self) -> str:
-        if self._dsn is None:
-            self._dsn = db.resolve_dsn(None)
+        if self._dsn is not None:
+            return self._dsn
+        if self.dsn_source is not None:
+            return self.dsn_source()
+        self._dsn = db.resolve_dsn(None)
         return self._dsn
+
+    @property
+    def has_own_dsn(self) -> bool:
+        """A DSN given (App(dsn=...), configure) or resolved from $PGQUEUE_DSN."""
+        return self._dsn is not None
 
     def configure(self, *, dsn: str | None = None, notify: bool | None = None) -> None:
         """Override settings after import (the CLI's --dsn). Closes an open pool."""
@@ -194,10 +211,14 @@ class App(AsyncApp):
     # -- database access ----------------------------------------------------------------
 
     def _get_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        dsn = self.dsn
         with self._lock:
-            if self._pool is None or self._pool_pid != os.getpid():
-                self._pool = _pool.open_pool(self.dsn, self.pool_size)
+            if self._pool is None or self._pool_pid != os.getpid() or self._pool_dsn != dsn:
+                if self._pool is not None and self._pool_pid == os.getpid():
+                    self._pool.close()  # the DSN changed: its connections go with it
+                self._pool = _pool.open_pool(dsn, self.pool_size)
                 self._pool_pid = os.getpid()
+                self._pool_dsn = dsn
             return self._pool
 
     @contextlib.contextmanager

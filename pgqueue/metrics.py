@@ -1,5 +1,5 @@
 """Prometheus metrics of one worker: `pgqueue worker --metrics-port N`, or
-`app.worker(metrics_port=N)`. Needs the optional extra: pip install 'pgqueue[metrics]'.
+`app.worker(metrics_port=N)`. Needs the optional extra: pip install 'pgqueue-jobs[metrics]'.
 
 Counters and histograms are this worker's own (Prometheus sums them across workers);
 the queue depth gauges are read from the database, so every worker reports the same
@@ -32,7 +32,7 @@ class WorkerMetrics:
             import prometheus_client as prom
         except ImportError:
             raise ConfigError(
-                "metrics need prometheus-client: pip install 'pgqueue[metrics]'"
+                "metrics need prometheus-client: pip install 'pgqueue-jobs[metrics]'"
             ) from None
         self.registry = prom.CollectorRegistry()
         by_task = ["queue", "task"]

@@ -207,6 +207,12 @@ class Task(Generic[P, R]):
         return [ctx, *args] if self.workflow else args
 
 
+# A workflow function with this attribute true takes its Context only for the facts of
+# the attempt (run id, attempt, arguments), never for a durable operation, so
+# pgqueue.testing.eager can run it inline (the Django tasks backend's runners are such).
+CONTEXT_ONLY = "_pgqueue_context_only"
+
+
 class BoundTask(Generic[P, R]):
     """A task with per-enqueue options: `task.options(priority=-5, conn=conn).enqueue(...)`."""
 

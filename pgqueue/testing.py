@@ -4,8 +4,9 @@
   returns what happened: the tasks' effects are visible when it returns.
 - `assert_enqueued(app, task, *args, **kwargs)` / `assert_not_enqueued(...)` check that a
   run of `task` with those arguments exists (or does not).
-- `with eager(app): ...` runs plain tasks at enqueue, in the calling thread, without a
-  worker and without touching pgqueue's tables: fast unit tests of code that enqueues.
+- `with eager(app): ...` runs tasks at enqueue, in the calling thread, without a worker
+  and without touching pgqueue's tables: fast unit tests of code that enqueues. What it
+  cannot run inline (workflows, tasks the App does not register) it refuses.
 
 See docs/testing.md.
 """
@@ -30,11 +31,13 @@ from psycopg.rows import dict_row
 from pgqueue import _json, _sql
 from pgqueue.app import App
 from pgqueue.context import Context
+from pgqueue.errors import UserError
 from pgqueue.runs import Run, RunHandle, outcome
 from pgqueue.states import RunState
-from pgqueue.tasks import RunRow, Task
+from pgqueue.tasks import CONTEXT_ONLY, RunRow, Task
 
 __all__ = [
+    "EagerRefused",
     "EagerRunHandle",
     "assert_enqueued",
     "assert_not_enqueued",
@@ -173,6 +176,12 @@ def _describe(
 # -- eager mode ---------------------------------------------------------------------------
 
 
+class EagerRefused(UserError, RuntimeError):
+    """An enqueue under eager() of what cannot run inline: a workflow (its durable steps,
+    sleeps and child runs need the database and a worker) or a task the App does not
+    register."""
+
+
 @dataclass(frozen=True)
 class EagerRunHandle(RunHandle):
     """What enqueue returns in eager mode: the run already happened, in memory. Its id is
@@ -223,38 +232,41 @@ def _eager_runs(app: App) -> list[Run]:
 
 
 @contextlib.contextmanager
-def eager(app: App, *, propagate: bool = True) -> Iterator[list[Run]]:
-    """Within the block, enqueueing a plain task runs it at once, in this thread, with its
-    arguments after a JSON round trip (as a worker would see them); nothing is written to
-    pgqueue's tables. Yields the list of runs executed so far.
+def eager(app: App, *, propagate: bool = True, enqueue_others: bool = False) -> Iterator[list[Run]]:
+    """Within the block, enqueueing a task runs it at once, in this thread (so in the
+    caller's transaction and, under Flask, its app context), with its arguments after a
+    JSON round trip (as a worker would see them); nothing is written to pgqueue's tables.
+    Django's @task functions run too. Yields the list of runs executed so far.
 
     `propagate=True` re-raises a task's exception from enqueue (the run is recorded
-    `failed` either way). Delays and run_at are ignored; there are no retries. Workflows,
-    child runs and tasks this app does not register are enqueued for real: run them with
-    drain(). A task runs at enqueue even inside a transaction that later rolls back."""
+    `failed` either way). Delays and run_at are ignored; there are no retries. A task
+    runs at enqueue even inside a transaction that later rolls back. Workflows and tasks
+    this app does not register cannot run inline: their enqueue raises EagerRefused, or,
+    with `enqueue_others=True`, enqueues them for real (run them with drain()). Child
+    runs that a real worker makes (drain() inside the block) are always real."""
     if app in _logs:
         raise RuntimeError("eager() is already active for this app")
     log = _logs[app] = _EagerLog()
     original, original_async = app.insert_runs, app.insert_runs_async
 
+    def inline(row: RunRow) -> bool:
+        return _runs_eagerly(app, row, enqueue_others)
+
     def insert_runs(
         rows: Sequence[RunRow], *, conn: psycopg.Connection[Any] | None = None
     ) -> list[RunHandle]:
-        real = [r for r in rows if not _runs_eagerly(app, r)]
+        real = [r for r in rows if not inline(r)]
         inserted = iter(original(real, conn=conn) if real else [])
-        return [
-            _run_eagerly(app, log, r, propagate) if _runs_eagerly(app, r) else next(inserted)
-            for r in rows
-        ]
+        return [_run_eagerly(app, log, r, propagate) if inline(r) else next(inserted) for r in rows]
 
     async def insert_runs_async(
         rows: Sequence[RunRow], *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> list[RunHandle]:
-        real = [r for r in rows if not _runs_eagerly(app, r)]
+        real = [r for r in rows if not inline(r)]
         inserted = iter(await original_async(real, conn=conn) if real else [])
         out: list[RunHandle] = []
         for r in rows:
-            if _runs_eagerly(app, r):
+            if inline(r):
                 out.append(await _run_eagerly_async(app, log, r, propagate))
             else:
                 out.append(next(inserted))
@@ -269,9 +281,26 @@ def eager(app: App, *, propagate: bool = True) -> Iterator[list[Run]]:
         _logs.pop(app, None)
 
 
-def _runs_eagerly(app: App, row: RunRow) -> bool:
+def _runs_eagerly(app: App, row: RunRow, enqueue_others: bool) -> bool:
+    """Whether eager() runs this row inline (else it is inserted); raises EagerRefused
+    for what it cannot run, unless `enqueue_others`."""
+    if row.parent_id is not None:
+        return False
     task = app.tasks.get(row.task)
-    return task is not None and not task.workflow and row.parent_id is None
+    if task is not None and (not task.workflow or getattr(task.fn, CONTEXT_ONLY, False)):
+        return True
+    if enqueue_others:
+        return False
+    what = (
+        f"task {row.task!r} is not registered on this App"
+        if task is None
+        else f"{row.task!r} is a workflow (its durable steps, sleeps and child runs need "
+        "the database and a worker)"
+    )
+    raise EagerRefused(
+        f"pgqueue.testing.eager() cannot run this inline: {what}; test it with drain(), "
+        "or pass eager(app, enqueue_others=True) to enqueue it for real"
+    )
 
 
 def _run_eagerly(app: App, log: _EagerLog, row: RunRow, propagate: bool) -> EagerRunHandle:
@@ -279,7 +308,7 @@ def _run_eagerly(app: App, log: _EagerLog, row: RunRow, propagate: bool) -> Eage
         return earlier
     task, ctx, args, kwargs = _prepare(app, log, row)
     try:
-        result = _call_sync(task.fn, args, kwargs)
+        result = _call_sync(task.fn, task.run_ctx_args(ctx, args), kwargs)
     except Exception as exc:
         return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
     return _finish(app, log, task, ctx, row, result=result, propagate=propagate)
@@ -295,7 +324,7 @@ async def _run_eagerly_async(
         if task.is_async:
             result = await task.fn(*args, **kwargs)
         else:
-            result = task.fn(*args, **kwargs)
+            result = task.fn(*task.run_ctx_args(ctx, args), **kwargs)
     except Exception as exc:
         return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
     return _finish(app, log, task, ctx, row, result=result, propagate=propagate)

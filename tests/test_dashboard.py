@@ -509,7 +509,7 @@ def test_the_wheel_carries_the_templates_and_static_files(tmp_path: Any) -> None
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
         check=True,
     )
-    (wheel,) = tmp_path.glob("pgqueue-*.whl")
+    (wheel,) = tmp_path.glob("pgqueue_jobs-*.whl")
     shipped = set(zipfile.ZipFile(wheel).namelist())
     source = ROOT / "pgqueue" / "dashboard"
     assets = [p for d in ("templates", "static") for p in (source / d).iterdir()]

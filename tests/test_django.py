@@ -239,41 +239,6 @@ def test_django_tasks_backend_runs_on_pgqueue_workers(project_dsn: str) -> None:
     assert client.get("/receipts/nope/").status_code == 404
 
 
-def test_admin_lists_filters_searches_cancels_and_retries(project_dsn: str) -> None:
-    from django.contrib.auth.models import User
-    from django.test import Client
-    from myproj.tasks import app, confirm_order
-
-    client = Client()
-    client.force_login(User.objects.create(username="admin", is_staff=True, is_superuser=True))
-    first = confirm_order.enqueue(1)
-    second = confirm_order.options(queue="other").enqueue(2)
-    page = client.get("/admin/pgqueue/run/")
-    assert page.status_code == 200
-    text = page.content.decode()
-    assert "myproj.tasks.confirm_order" in text and "Cancel selected runs" in text
-    only_other = client.get("/admin/pgqueue/run/", {"queue": "other"}).context["cl"]
-    assert [r.id for r in only_other.result_list] == [second.id]
-    found = client.get("/admin/pgqueue/run/", {"q": str(first.id)}).context["cl"]
-    assert [r.id for r in found.result_list] == [first.id]
-    detail = client.get(f"/admin/pgqueue/run/{first.id}/change/")
-    assert detail.status_code == 200 and "Save" not in detail.content.decode()  # read-only
-    assert client.get("/admin/pgqueue/run/add/").status_code == 403
-
-    def act(action: str, *ids: int) -> None:
-        response = client.post(
-            "/admin/pgqueue/run/",
-            {"action": action, "_selected_action": [str(i) for i in ids]},
-            follow=True,
-        )
-        assert response.status_code == 200
-
-    act("cancel_runs", first.id, second.id)
-    assert {app.get_run(first.id).state, app.get_run(second.id).state} == {"canceled"}
-    act("retry_runs", first.id)
-    assert app.get_run(first.id).state == "queued"
-
-
 def test_management_command_and_schema_check(
     project_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

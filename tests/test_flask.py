@@ -155,3 +155,23 @@ def test_config_session_joining_and_migrate_command(
         )
     finally:
         databases.drop(empty)
+
+
+def test_eager_runs_a_task_in_the_requests_app_context_and_session(
+    site: tuple[Any, str],
+) -> None:
+    """pgqueue.testing.eager() in a request: the task runs in the request's app context, so
+    its db.session is the request's and sees the user the view flushed (a new app
+    context would have a new session, on another connection, and find no such user)."""
+    import signup
+
+    from pgqueue import testing
+
+    app, dsn = site
+    with testing.eager(signup.tasks) as runs:
+        response = app.test_client().post("/signup", data={"email": "eve@example.com"})
+    assert response.status_code == 201, response.data
+    assert [(r.state, r.result) for r in runs] == [("succeeded", "welcomed eve@example.com")]
+    welcomed = 'SELECT welcomed_at IS NOT NULL FROM "user" WHERE email = %s'
+    assert scalar(dsn, welcomed, ("eve@example.com",)) is True
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 0

@@ -116,10 +116,20 @@ def test_eager_runs_at_enqueue_without_touching_the_tables(
         again = tasks["add"].options(idempotency_key="k").enqueue(1, 1)
         assert (keyed.created, again.created, again.id) == (True, False, keyed.id)
         assert [r.state for r in runs] == ["succeeded", "succeeded", "failed", "succeeded"]
-        # Workflows are enqueued for real (their durable steps need a worker).
-        flow = tasks["flow"].enqueue(1)
-        assert flow.id > 0
-    assert scalar(dsn, "SELECT array_agg(task) FROM pgqueue.runs") == ["flow"]
+        # Workflows cannot run inline (their durable steps need a worker): refused, with
+        # what to do, unless asked to enqueue them for real.
+        with pytest.raises(testing.EagerRefused, match=r"'flow' is a workflow.*drain\(\)"):
+            tasks["flow"].enqueue(1)
+        with pytest.raises(testing.EagerRefused, match="'elsewhere' is not registered"):
+            app.enqueue_by_name("elsewhere")
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 0
+    with testing.eager(app, enqueue_others=True):
+        assert tasks["flow"].enqueue(1).id > 0
+        assert app.enqueue_by_name("elsewhere").id > 0
+    assert scalar(dsn, "SELECT array_agg(task ORDER BY id) FROM pgqueue.runs") == [
+        "flow",
+        "elsewhere",
+    ]
     assert tasks["add"].enqueue(1, 1).id > 0  # eager mode is over
 
 

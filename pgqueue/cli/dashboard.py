@@ -32,7 +32,7 @@ def dashboard(
     try:
         from pgqueue.dashboard import serve
     except ImportError as exc:
-        fail(f"the dashboard needs {exc.name}: pip install 'pgqueue[dashboard]'")
+        fail(f"the dashboard needs {exc.name}: pip install 'pgqueue-jobs[dashboard]'")
 
     serve.check_bind(host, token)
     app = open_app(dsn, embedded)

@@ -127,7 +127,7 @@ def worker_retention(
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
-    help="Serve Prometheus metrics on this port (needs pgqueue[metrics]).",
+    help="Serve Prometheus metrics on this port (needs pgqueue-jobs[metrics]).",
 )
 @click.option(
     "--tune-gc/--no-tune-gc",

@@ -19,6 +19,7 @@ command, with the app's DSN and App as defaults.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
@@ -83,25 +84,34 @@ class PgQueue:
         return register(fn) if fn is not None else register
 
     def in_app_context(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap fn to run in an app context of the Flask app this extension was given."""
+        """Wrap fn to run in an app context of the Flask app this extension was given:
+        the caller's, when it is already inside one of that app (a task run inline by
+        pgqueue.testing.eager() in a request then shares the request's db.session, and
+        sees its flushed rows), else a new one (on a worker)."""
 
         def flask_app() -> Flask:
             if self._flask_app is None:
                 raise RuntimeError("PgQueue: init_app(app) was never called in this process")
             return self._flask_app
 
+        def context() -> contextlib.AbstractContextManager[Any]:
+            app = flask_app()
+            if has_app_context() and current_app._get_current_object() is app:  # type: ignore[attr-defined]
+                return contextlib.nullcontext()
+            return app.app_context()
+
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                with flask_app().app_context():
+                with context():
                     return await fn(*args, **kwargs)
 
             return run_async
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            with flask_app().app_context():
+            with context():
                 return fn(*args, **kwargs)
 
         return run

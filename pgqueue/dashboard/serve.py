@@ -37,7 +37,9 @@ def run(
     try:
         import uvicorn
     except ImportError:
-        raise UserError("the dashboard needs its extra: pip install 'pgqueue[dashboard]'") from None
+        raise UserError(
+            "the dashboard needs its extra: pip install 'pgqueue-jobs[dashboard]'"
+        ) from None
     from pgqueue.dashboard import asgi
 
     shown = f"[{host}]" if ":" in host else host

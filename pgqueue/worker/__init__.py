@@ -58,7 +58,7 @@ class Worker:
     poll_interval   safety-net poll when no NOTIFY arrives (seconds)
     grace           at shutdown, how long running tasks may finish before release
     retention       how long finished runs and events are kept (None: never prune)
-    metrics_port    serve Prometheus metrics on this port (needs pgqueue[metrics])
+    metrics_port    serve Prometheus metrics on this port (needs pgqueue-jobs[metrics])
     max_runs        drain and stop once this many runs were claimed (exactly that many)
     max_memory_mb   drain and stop once the process's RSS exceeds this many MiB
     """

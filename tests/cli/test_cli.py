@@ -137,7 +137,7 @@ def test_installed_wheel_carries_migrations_and_sql(tmp_path: Any, dsn: str) -> 
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)],
         check=True,
     )
-    wheels = list(wheel_dir.glob("pgqueue-*.whl"))
+    wheels = list(wheel_dir.glob("pgqueue_jobs-*.whl"))
     assert len(wheels) == 1
     subprocess.run(
         [

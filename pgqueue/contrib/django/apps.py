@@ -12,7 +12,12 @@ class PgQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from pgqueue.contrib.django import checks, conf
+        from django.db.backends.signals import connection_created
+        from django.db.models.signals import post_migrate
+
+        from pgqueue.contrib.django import checks, conf, schema
 
         checks.register()
         conf.setup()
+        connection_created.connect(conf.close_apps, dispatch_uid="pgqueue.close_apps")
+        post_migrate.connect(schema.migrate_with_django, sender=self)

@@ -48,7 +48,7 @@ from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
 from pgqueue.runs import Run, RunHandle
 from pgqueue.states import RunState
-from pgqueue.tasks import BoundTask, Task
+from pgqueue.tasks import CONTEXT_ONLY, BoundTask, Task
 
 STATUS: dict[str, Any] = {
     RunState.SCHEDULED: TaskResultStatus.READY,
@@ -244,6 +244,7 @@ def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
     run.__doc__ = func.__doc__
     run.__signature__ = _signature(task)  # type: ignore[attr-defined]
     setattr(run, MARK, task)
+    setattr(run, CONTEXT_ONLY, True)  # a workflow only for its Context: eager() runs it
     return run
 
 

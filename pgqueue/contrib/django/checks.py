@@ -10,11 +10,18 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from pgqueue import db, migrate
-from pgqueue.contrib.django import conf
+from pgqueue.contrib.django import conf, schema
 from pgqueue.contrib.django.transactions import is_psycopg3
 from pgqueue.errors import ConfigError
 
-MIGRATE_HINT = "Run `python manage.py pgqueue migrate` (in deploys, next to `manage.py migrate`)."
+
+def migrate_hint() -> str:
+    if schema.enabled():
+        return "Run `python manage.py migrate`: it runs pgqueue's migrations too."
+    return (
+        "Run `python manage.py pgqueue migrate` (PGQUEUE['MIGRATE'] is False, so "
+        "`manage.py migrate` does not create pgqueue's tables)."
+    )
 
 
 def register() -> None:
@@ -63,7 +70,7 @@ def check_schema(
         return [
             checks.Warning(
                 f"the database of DATABASES[{alias!r}] has no pgqueue schema.",
-                hint=MIGRATE_HINT,
+                hint=migrate_hint(),
                 id="pgqueue.W003",
             )
         ]
@@ -71,7 +78,7 @@ def check_schema(
         return [
             checks.Warning(
                 f"the pgqueue schema is at revision {found}; this pgqueue needs {wanted}.",
-                hint=MIGRATE_HINT,
+                hint=migrate_hint(),
                 id="pgqueue.W004",
             )
         ]

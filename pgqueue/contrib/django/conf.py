@@ -12,6 +12,7 @@ IMPORTS   modules the worker imports at start, to register tasks defined outside
 from __future__ import annotations
 
 import importlib
+import weakref
 from functools import cache
 from typing import Any
 
@@ -19,6 +20,7 @@ import psycopg
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.db.backends.base.base import NO_DB_ALIAS
 from psycopg.conninfo import make_conninfo
 
 from pgqueue.app import App
@@ -67,8 +69,9 @@ def get_app() -> App:
 
 
 def database_dsn(alias: str | None = None) -> str:
-    """A libpq DSN for a DATABASES alias: the same server, database, user and libpq
-    OPTIONS (sslmode, service...) as Django's own connections."""
+    """A libpq DSN for a DATABASES alias (PGQUEUE['DATABASE'] by default), as its settings
+    are now: the same server, database, user and libpq OPTIONS (sslmode, service...) as
+    Django's own connections. PGQUEUE['DSN'], if set, instead."""
     if dsn := options().get("DSN"):
         return str(dsn)
     alias = alias or database_alias()
@@ -78,9 +81,20 @@ def database_dsn(alias: str | None = None) -> str:
             f"pgqueue needs PostgreSQL, but DATABASES[{alias!r}] is {connection.vendor}: "
             "point PGQUEUE['DATABASE'] at a PostgreSQL alias"
         )
-    params = connection.get_connection_params()
-    keywords = _libpq_keywords()
-    return make_conninfo(**{k: v for k, v in params.items() if k in keywords and v is not None})
+    key = (alias, *(repr(connection.settings_dict.get(k)) for k in _CONNECTION_KEYS))
+    dsn = _dsns.get(key)
+    if dsn is None:
+        params = connection.get_connection_params()
+        keywords = _libpq_keywords()
+        dsn = make_conninfo(**{k: v for k, v in params.items() if k in keywords and v is not None})
+        _dsns[key] = dsn
+    return dsn
+
+
+# What Django builds its connection parameters from: a DSN is worked out again only when
+# one of these changed (every enqueue outside a transaction asks for it).
+_CONNECTION_KEYS = ("NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS")
+_dsns: dict[tuple[str, ...], str] = {}
 
 
 @cache
@@ -89,23 +103,42 @@ def _libpq_keywords() -> frozenset[str]:
 
 
 def setup(app: App | None = None) -> App:
-    """Configure the App (PGQUEUE['APP'] by default) from settings: the DSN of the alias
-    unless the App was given one, NOTIFY; let enqueues join Django's transactions on that
-    alias (or wait for their commit, on psycopg2); refresh Django's connections around
-    each run on workers. Idempotent."""
+    """Configure the App (PGQUEUE['APP'] by default) from settings. Unless the App was
+    given a DSN of its own, it follows PGQUEUE['DATABASE'] (or PGQUEUE['DSN']) as they
+    are at each use: under Django's test runner (and pytest-django) it uses the test
+    database, under override_settings the overridden one. NOTIFY; enqueues join Django's
+    transactions on that alias (or wait for their commit, on psycopg2); workers refresh
+    Django's connections around each run. Idempotent."""
     from pgqueue.contrib.django import worker
     from pgqueue.contrib.django.transactions import DjangoTransactions
 
     app = app or get_app()
-    if app._dsn is None:
-        app.configure(dsn=database_dsn())
+    if not app.has_own_dsn:
+        app.dsn_source = database_dsn
     if "NOTIFY" in options():
         app.configure(notify=bool(options()["NOTIFY"]))
-    transactions = DjangoTransactions(database_alias())
+    transactions = DjangoTransactions()
     app.connection_provider = transactions
     app.enqueue_deferrer = transactions.defer
     worker.install(app)
+    _apps.add(app)
     return app
+
+
+# The Apps set up here: their pools close when Django opens a connection to no database,
+# which it does only to create or drop a database (test databases).
+_apps: weakref.WeakSet[App] = weakref.WeakSet()
+
+
+def close_apps(**kwargs: Any) -> None:
+    """A connection_created receiver: when Django connects to no database (to CREATE or
+    DROP a test database), close the pools of the Apps set up here, so that a DROP is not
+    refused with "database is being accessed by other users". They reopen at next use."""
+    connection = kwargs.get("connection")
+    if getattr(connection, "alias", None) != NO_DB_ALIAS:
+        return
+    for app in list(_apps):
+        app.close()
 
 
 def import_task_modules() -> None:

@@ -77,15 +77,24 @@ class PendingRunHandle(RunHandle):
 
 
 class DjangoTransactions:
-    """The App's connection_provider and enqueue_deferrer for a DATABASES alias.
+    """The App's connection_provider and enqueue_deferrer for a DATABASES alias (by
+    default PGQUEUE['DATABASE'] as the settings say at each call).
 
     As the provider: the alias's psycopg connection while the calling thread is inside an
     atomic block, else None (pgqueue then uses its own pool, in autocommit). As the
     deferrer: inside an atomic block whose connection pgqueue cannot join (psycopg2), the
     insert waits for `transaction.on_commit`."""
 
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
+    def __init__(self, alias: str | None = None) -> None:
+        self._alias = alias
+
+    @property
+    def alias(self) -> str:
+        if self._alias is not None:
+            return self._alias
+        from pgqueue.contrib.django.conf import database_alias
+
+        return database_alias()
 
     def __call__(self) -> psycopg.Connection[Any] | None:
         connection = connections[self.alias]
@@ -97,13 +106,14 @@ class DjangoTransactions:
         return raw if isinstance(raw, psycopg.Connection) else None
 
     def defer(self, app: App, rows: Sequence[RunRow]) -> list[RunHandle] | None:
-        connection = connections[self.alias]
+        alias = self.alias
+        connection = connections[alias]
         if not connection.in_atomic_block:
             return None
         connection.validate_no_broken_transaction()
         pending = [PendingRunHandle(app) for _ in rows]
         transaction.on_commit(
-            functools.partial(_insert_at_commit, app, list(rows), pending), using=self.alias
+            functools.partial(_insert_at_commit, app, list(rows), pending), using=alias
         )
         return [*pending]
 

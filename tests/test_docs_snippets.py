@@ -1,0 +1,112 @@
+"""The guides' code as a reader copies it: the Flask app of docs/flask.md and the FastAPI
+service of docs/asyncio.md, written to a directory outside the repository and run there
+with the commands the guides give (so they must be complete: imports, models, tables)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import ROOT, scalar
+from tests.test_flask import sqlalchemy_url
+from tests.webapps import Databases
+
+DOCS = ROOT / "docs"
+
+
+def code_block(page: str, marker: str) -> str:
+    """The first ```python block of docs/PAGE that contains `marker`."""
+    for block in re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S):
+        if marker in block:
+            return str(block)
+    raise AssertionError(f"no python block with {marker!r} in docs/{page}")
+
+
+def shell_lines(page: str, marker: str) -> list[str]:
+    """The lines of the first ```sh block of docs/PAGE that contains `marker`."""
+    for block in re.findall(r"```sh\n(.*?)```", (DOCS / page).read_text(), re.S):
+        if marker in block:
+            return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    raise AssertionError(f"no sh block with {marker!r} in docs/{page}")
+
+
+def sh(line: str, where: Path, env: dict[str, str]) -> str:
+    bin_dir = str(Path(sys.executable).parent)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGQUEUE_DSN")}
+    full = {**clean, "PATH": bin_dir + os.pathsep + clean.get("PATH", ""), **env}
+    done = subprocess.run(
+        line, shell=True, cwd=where, env=full, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture
+def empty_database(postgresql_noproc: Any) -> Any:
+    databases = Databases(postgresql_noproc)
+    name = databases.create("pgqueue_docs")
+    try:
+        yield databases.dsn(name)
+    finally:
+        databases.drop(name)
+
+
+def test_the_flask_guide_runs_as_written(tmp_path: Path, empty_database: str) -> None:
+    pytest.importorskip("flask_sqlalchemy")
+    code = code_block("flask.md", "class User(db.Model)")
+    uri = '"postgresql+psycopg://app@db/signup"'
+    assert uri in code
+    (tmp_path / "signup.py").write_text(code.replace(uri, repr(sqlalchemy_url(empty_database))))
+    for line in shell_lines("flask.md", "create_all"):
+        sh(line, tmp_path, {})
+    assert scalar(empty_database, 'SELECT count(*) FROM "user"') == 0  # the app's table
+    check = (
+        "from signup import create_app, db, send_welcome, tasks, User\n"
+        "from pgqueue import RunNotFound, testing\n"
+        "with create_app().test_request_context():\n"
+        "    user = User(email='ann@example.com')\n"
+        "    db.session.add(user)\n"
+        "    db.session.flush()\n"
+        "    with testing.eager(tasks) as runs:\n"
+        "        send_welcome.enqueue(user.id)\n"
+        "    print(runs[0].result)\n"
+        "    try:\n"
+        "        tasks.get_run(123456)\n"
+        "    except RunNotFound as exc:\n"
+        "        print('RunNotFound:', exc)\n"
+    )
+    out = sh(f'{sys.executable} -c "{check}"', tmp_path, {})
+    assert out.splitlines()[0] == "welcomed ann@example.com"
+    assert out.splitlines()[1].startswith("RunNotFound: no run with id 123456")
+    assert "RunNotFound" in (DOCS / "flask.md").read_text()
+
+
+def test_the_fastapi_service_of_the_asyncio_guide_runs_from_its_own_directory(
+    tmp_path: Path, empty_database: str
+) -> None:
+    pytest.importorskip("fastapi")
+    (tmp_path / "main.py").write_text(code_block("asyncio.md", "api = FastAPI("))
+    env = {"PGQUEUE_DSN": empty_database}
+    commands = shell_lines("asyncio.md", "uvicorn main:api")
+    assert "pgqueue migrate" in commands
+    sh("pgqueue migrate", tmp_path, env)
+    check = (
+        "from fastapi.testclient import TestClient\n"
+        "from main import api\n"
+        "with TestClient(api) as client:\n"
+        "    made = client.post('/signups', json={'email': 'bo@example.com'})\n"
+        "    again = client.post('/signups', json={'email': 'bo@example.com'})\n"
+        "    missing = client.get('/runs/123456')\n"
+        "    run = client.get(f\\\"/runs/{made.json()['run']}\\\")\n"
+        "    print(made.status_code, again.status_code, missing.status_code, run.json()['state'])\n"
+    )
+    out = sh(f'{sys.executable} -c "{check}"', tmp_path, env)
+    assert out.split() == ["201", "409", "404", "queued"]
+    sh("pgqueue worker --app main:tasks --burst", tmp_path, env)
+    assert scalar(empty_database, "SELECT state FROM pgqueue.runs") == "succeeded"
