@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgqueue import _sql
-from pgqueue._terminal import printable
+from pgqueue._terminal import printable, seconds_text
 
 QUEUE_COLUMNS = (
     ("QUEUE", "queue"),
@@ -66,7 +66,7 @@ def render(snap: dict[str, Any]) -> str:
             str(w["pid"]),
             ",".join(w["queues"]),
             f"{w['running']}/{w['concurrency']}",
-            _seconds(w["heartbeat_age_seconds"]),
+            seconds_text(w["heartbeat_age_seconds"], compact=True),
         ]
         for w in workers
     ]
@@ -80,20 +80,8 @@ def _queue_cell(q: dict[str, Any], key: str) -> str:
     if key == "queue" and q["paused"]:
         return f"{value} (paused)"
     if key in SECONDS:
-        return _seconds(value)
+        return seconds_text(value, compact=True)
     return str(value)
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value < 1:
-        return f"{value * 1000:.0f}ms"
-    if value < 120:
-        return f"{value:.1f}s"
-    if value < 7200:
-        return f"{value / 60:.0f}m"
-    return f"{value / 3600:.1f}h"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:

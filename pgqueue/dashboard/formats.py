@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from pgqueue._terminal import seconds_text
 from pgqueue.dashboard import charts
 
 
@@ -34,17 +35,7 @@ def ago(seconds: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    return seconds_text(seconds)
 
 
 def clock(at: datetime | None) -> str:
