@@ -1,20 +1,55 @@
-"""Opening the App's connection pool (App._get_pool owns it: one per process)."""
+"""The App's connection pools (App._get_pool and AsyncApp._get_async_pool own them: one
+per process), and the pool classes every pgqueue pool is made of: psycopg_pool's, except
+that a connection found dead while it sat idle (pgqueue._faults.dead) is discarded and the
+next one taken, so that a server that killed the idle connections costs no failed
+operation."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from pgqueue import db
+from pgqueue import _faults, db
 
 
-def open_pool(dsn: str, size: int) -> ConnectionPool[psycopg.Connection[Any]]:
+class CheckedPool(ConnectionPool[psycopg.Connection[Any]]):
+    """A ConnectionPool that never hands out a connection known to be dead."""
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = super().getconn(max(0.0, deadline - time.monotonic()))
+            if not _faults.dead(conn):
+                return conn
+            conn.close()  # the pool discards a closed connection and opens another
+            self.putconn(conn)
+            if time.monotonic() >= deadline:
+                raise PoolTimeout("no live connection in time")
+
+
+class AsyncCheckedPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+    """An AsyncConnectionPool that never hands out a connection known to be dead."""
+
+    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = await super().getconn(max(0.0, deadline - time.monotonic()))
+            if not _faults.dead(conn):
+                return conn
+            await conn.close()
+            await self.putconn(conn)
+            if time.monotonic() >= deadline:
+                raise PoolTimeout("no live connection in time")
+
+
+def open_pool(dsn: str, size: int, pooler: str | None = None) -> CheckedPool:
     """An open pool on `dsn`, after one plain connection has failed fast, in one line, on a
     bad DSN or server."""
-    db.connect(dsn).close()
-    pool = ConnectionPool(dsn, name="pgqueue", **db.app_pool_options(size))
+    db.connect(dsn, pooler=pooler).close()
+    pool = CheckedPool(dsn, name="pgqueue", **db.app_pool_options(size, pooler))
     # With its first connection ready: a request made while that is still being opened
     # grows the pool by one, and psycopg_pool hands out its connections in turn, so a
     # caller enqueueing one run at a time would then alternate between two backends for

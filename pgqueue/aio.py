@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgqueue import _inserts, _sql, db
+from pgqueue._pool import AsyncCheckedPool
 from pgqueue.errors import ConfigError
 from pgqueue.runs import Run, RunHandle, check_run_id, found_run
 from pgqueue.tasks import RunBatch, RunRow
@@ -56,13 +57,13 @@ class AsyncApp:
             # loop all see the one pool, and all wait for the one opening.
             if owner is loop and self._apool_guard is not None:
                 self._apool_guard.cancel()  # closes the pool it replaces
-            self._apool = AsyncConnectionPool(
-                app.dsn, name="pgqueue-async", **db.app_pool_options(app.pool_size)
+            self._apool = AsyncCheckedPool(
+                app.dsn, name="pgqueue-async", **db.app_pool_options(app.pool_size, app.pooler)
             )
             self._apool_loop = weakref.ref(loop)
             self._apool_pid = os.getpid()
             self._apool_dsn = app.dsn
-            self._apool_opening = asyncio.ensure_future(_open(self._apool, app.dsn))
+            self._apool_opening = asyncio.ensure_future(_open(self._apool, app.dsn, app.pooler))
             self._apool_guard = asyncio.ensure_future(_close_with_loop(self._apool))
         assert self._apool_opening is not None
         pool = self._apool
@@ -129,9 +130,9 @@ class AsyncApp:
         return found_run(run_id, row)
 
 
-async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str) -> None:
+async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str, pooler: str | None) -> None:
     try:
-        first = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        first = await psycopg.AsyncConnection.connect(dsn, **db.connect_kwargs(pooler))
     except psycopg.OperationalError as exc:
         raise db.cannot_connect(dsn, exc) from None
     await first.close()  # failed fast, in one line, on a bad DSN or server

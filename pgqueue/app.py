@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from pgqueue import _enqueue, _inserts, _inspect, _json, _operator, _pool, _registry, db, migrate
 from pgqueue import retention as _retention
@@ -66,8 +66,13 @@ class App(AsyncApp):
     `dsn`: argument > `dsn_source` (asked at each use) > PGQUEUE_DSN > error, resolved at
     first use so that a module can create its App at import time and the CLI's --dsn can
     still apply.
-    `notify=False` (or PGQUEUE_NOTIFY=off) disables LISTEN/NOTIFY, for poolers in
-    transaction mode; workers then find work by polling.
+    `pooler`: what sits between pgqueue and PostgreSQL, None (or "none"), "session" or
+    "transaction" (PgBouncer's pool_mode=transaction; default PGQUEUE_POOLER). Through a
+    transaction-mode pooler nothing relies on a session: no LISTEN (workers and wait()
+    poll), no server-side prepared statements, no session setting (docs/scaling.md).
+    `notify=False` (or PGQUEUE_NOTIFY=off) disables LISTEN/NOTIFY; the default is on,
+    and off with pooler="transaction" (notify=True there sends NOTIFY at enqueue, for
+    workers that connect past the pooler, and still never LISTENs).
     `max_payload_bytes`, `max_json_depth`: arguments, results and event payloads larger,
     or nested deeper (lists and dicts), are refused (PayloadTooLarge, InvalidArguments).
     """
@@ -77,14 +82,17 @@ class App(AsyncApp):
         dsn: str | None = None,
         *,
         notify: bool | None = None,
+        pooler: str | None = None,
         max_payload_bytes: int = _json.DEFAULT_MAX_PAYLOAD_BYTES,
         max_json_depth: int = _json.DEFAULT_MAX_JSON_DEPTH,
         pool_size: int = 4,
         default_queue: str = "default",
     ) -> None:
         self._dsn = db.check_dsn(dsn) if dsn else None
+        self.pooler = db.resolve_pooler(pooler)
         if notify is None:
-            notify = os.environ.get(NOTIFY_ENV, "on").lower() not in ("off", "0", "false", "no")
+            default = "off" if self.pooler == "transaction" else "on"
+            notify = os.environ.get(NOTIFY_ENV, default).lower() not in ("off", "0", "false", "no")
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
         if max_json_depth < 1:
@@ -100,7 +108,7 @@ class App(AsyncApp):
         # settings (Django's test runner switches DATABASES after setup); the pool reopens
         # on a new answer.
         self.dsn_source: DsnSource | None = None
-        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._pool: _pool.CheckedPool | None = None
         self._pool_pid = 0
         self._pool_dsn = ""
         self._lock = threading.Lock()
@@ -132,11 +140,25 @@ class App(AsyncApp):
         """A DSN given (App(dsn=...), configure) or resolved from $PGQUEUE_DSN."""
         return self._dsn is not None
 
-    def configure(self, *, dsn: str | None = None, notify: bool | None = None) -> None:
-        """Override settings after import (the CLI's --dsn). Closes an open pool."""
+    @property
+    def listens(self) -> bool:
+        """Whether this app's workers and waiters LISTEN (else they poll): with
+        notifications on, and never through a pooler in transaction mode."""
+        return self.notify and self.pooler != "transaction"
+
+    def configure(
+        self, *, dsn: str | None = None, notify: bool | None = None, pooler: str | None = None
+    ) -> None:
+        """Override settings after import (the CLI's --dsn, --pooler). Closes an open
+        pool. A pooler given here sets notify to its default unless notify is given too."""
         if dsn is not None:
             self.close()
             self._dsn = db.check_dsn(dsn)
+        if pooler is not None:
+            self.close()
+            self.pooler = db.resolve_pooler(pooler)
+            if notify is None:
+                notify = self.pooler != "transaction"
         if notify is not None:
             self.notify = notify
 
@@ -210,13 +232,13 @@ class App(AsyncApp):
 
     # -- database access ----------------------------------------------------------------
 
-    def _get_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+    def _get_pool(self) -> _pool.CheckedPool:
         dsn = self.dsn
         with self._lock:
             if self._pool is None or self._pool_pid != os.getpid() or self._pool_dsn != dsn:
                 if self._pool is not None and self._pool_pid == os.getpid():
                     self._pool.close()  # the DSN changed: its connections go with it
-                self._pool = _pool.open_pool(dsn, self.pool_size)
+                self._pool = _pool.open_pool(dsn, self.pool_size, self.pooler)
                 self._pool_pid = os.getpid()
                 self._pool_dsn = dsn
             return self._pool
@@ -247,6 +269,10 @@ class App(AsyncApp):
         return conn
 
     def close(self) -> None:
+        """Close the App's pool and the waiters' shared connection (opened again on use)."""
+        waiters = self.__dict__.pop("_waiters", None)
+        if waiters is not None:
+            waiters.close()
         with self._lock:
             if self._pool is not None:
                 self._pool.close()

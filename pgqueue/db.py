@@ -26,13 +26,45 @@ RECONNECT_TIMEOUT = 3.0
 POOL_TIMEOUT = 10.0
 
 
-def app_pool_options(max_size: int) -> dict[str, Any]:
+POOLER_ENV = "PGQUEUE_POOLER"
+# What sits between pgqueue and PostgreSQL (App(pooler=...), PGQUEUE_POOLER, --pooler):
+# nothing, a pooler that gives each client a server connection for its whole session, or
+# one that gives it a server connection for one transaction at a time (docs/scaling.md).
+POOLERS = ("none", "session", "transaction")
+
+
+def resolve_pooler(pooler: str | None) -> str | None:
+    """Argument > PGQUEUE_POOLER > none; None for no pooler, else "session" or
+    "transaction"; a ConfigError for anything else."""
+    given = pooler if pooler is not None else os.environ.get(POOLER_ENV)
+    value = (given or "none").strip().lower()
+    if value not in POOLERS:
+        source = "pooler" if pooler is not None else POOLER_ENV
+        raise ConfigError(
+            f"{source} must be one of {', '.join(POOLERS)}, not {given!r} "
+            "(transaction: for PgBouncer's pool_mode=transaction)"
+        )
+    return None if value == "none" else value
+
+
+def connect_kwargs(pooler: str | None, *, autocommit: bool = True) -> dict[str, Any]:
+    """psycopg.connect's keyword arguments for pgqueue's connections. Through a pooler in
+    transaction mode, no server-side prepared statement: the next statement may run on
+    another server connection, where the statement does not exist, or another client's
+    statement of the same name does."""
+    kwargs: dict[str, Any] = {"autocommit": autocommit}
+    if pooler == "transaction":
+        kwargs["prepare_threshold"] = None
+    return kwargs
+
+
+def app_pool_options(max_size: int, pooler: str | None = None) -> dict[str, Any]:
     """What the App's pools (sync and async) share. They start closed: the App opens
     them waiting for their first connection (see pgqueue._pool.open_pool)."""
     return {
         "min_size": 1,
         "max_size": max_size,
-        "kwargs": {"autocommit": True},
+        "kwargs": connect_kwargs(pooler),
         "timeout": POOL_TIMEOUT,
         "reconnect_timeout": RECONNECT_TIMEOUT,
         "open": False,
@@ -127,10 +159,12 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]]:
+def connect(
+    dsn: str, *, autocommit: bool = True, pooler: str | None = None
+) -> psycopg.Connection[tuple[object, ...]]:
     """A new connection, with connection failures turned into one-line ConfigErrors."""
     try:
-        return psycopg.connect(dsn, autocommit=autocommit)
+        return psycopg.connect(dsn, **connect_kwargs(pooler, autocommit=autocommit))
     except psycopg.OperationalError as exc:
         raise cannot_connect(dsn, exc) from None
 

@@ -73,7 +73,9 @@ def load_app(spec: str) -> App:
     return app
 
 
-def open_app(dsn: str | None, embedded: bool, spec: str | None = None) -> App:
+def open_app(
+    dsn: str | None, embedded: bool, spec: str | None = None, pooler: str | None = None
+) -> App:
     app = load_app(spec) if spec else App()
     if dsn or embedded or not app.has_own_dsn:
         target = resolve_dsn(dsn, embedded)
@@ -81,6 +83,8 @@ def open_app(dsn: str | None, embedded: bool, spec: str | None = None) -> App:
         # when the target is what they say (the default of `manage.py pgqueue ...`).
         if app.has_own_dsn or app.dsn_source is None or target != app.dsn:
             app.configure(dsn=target)
+    if pooler is not None:
+        app.configure(pooler=pooler)
     # Close the pool when the command ends (it reopens if the App is used again): a pool
     # left to the garbage collector may be collected in one of its own threads, which
     # psycopg_pool reports as "cannot join current thread" (seen under Django's

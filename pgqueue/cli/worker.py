@@ -109,7 +109,21 @@ def worker_retention(
     type=click.FloatRange(0),
     help="Seconds running tasks get to finish on SIGTERM before release.",
 )
-@click.option("--poll-interval", default=5.0, show_default=True, type=click.FloatRange(0.01))
+@click.option(
+    "--poll-interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.01),
+    help="Seconds between two looks for work when no notification comes (the only way"
+    " it finds work with --pooler transaction or PGQUEUE_NOTIFY=off).",
+)
+@click.option(
+    "--pooler",
+    type=click.Choice(["none", "session", "transaction"], case_sensitive=False),
+    help="What sits between the worker and PostgreSQL (default: the App's pooler, else"
+    " $PGQUEUE_POOLER, else none). transaction (PgBouncer pool_mode=transaction): no"
+    " LISTEN, no prepared statements, no session settings; the worker polls.",
+)
 @click.option("--burst", is_flag=True, help="Exit when the queues hold nothing due.")
 @click.option(
     "--log-level",
@@ -161,6 +175,7 @@ def worker(
     lease_seconds: float,
     grace: float,
     poll_interval: float,
+    pooler: str | None,
     burst: bool,
     log_level: str,
     log_format: str,
@@ -186,7 +201,7 @@ def worker(
     }
     keep_history = worker_retention(ctx, no_prune, keep)
     _logging.setup(log_level, log_format)
-    app = open_app(dsn, embedded, app_spec)
+    app = open_app(dsn, embedded, app_spec, pooler=pooler)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     runner = app.worker(
         queues=names,

@@ -126,6 +126,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
+        self.dsn = ""  # the DSN of its own connections (connection.worker_dsn), once running
         self.started = threading.Event()
 
     # -- public control -------------------------------------------------------------
@@ -164,9 +165,8 @@ class Worker:
         # on SIGTERM (not die of it, leaving its row behind).
         with shutdown.Signals(stop, self.grace, self.install_signal_handlers):
             registration.register(self.app, self.id, self.queues, self.concurrency)
-            pool = self._pool = connection.open_pool(
-                self.app.dsn, self.id, generic_plans=self.app.notify
-            )
+            self.dsn = connection.worker_dsn(self.app.dsn, self.app.pooler)
+            pool = self._pool = connection.open_pool(self.dsn, self.id, self.app.pooler)
             await pool.open(wait=False)
             try:
                 await self._run_parts(pool, stop, metrics, burst)
@@ -184,7 +184,18 @@ class Worker:
         burst: bool,
     ) -> None:
         executor, producer = self.executor, self.producer
-        self.completer = Completer(pool, self.id, executor.written, producer.wake)
+        self.lease_keeper = LeaseKeeper(
+            self.dsn,
+            self.id,
+            self.lease_seconds,
+            executor.leases,
+            executor.leases_lost,
+            executor.running,
+            pooler=self.app.pooler,
+        )
+        self.completer = Completer(
+            pool, self.id, executor.written, producer.wake, self.lease_keeper.left
+        )
         executor.open(self.completer, stop)
         limits = QueueLimits(pool)
         executor.permits.open(pool, limits)
@@ -211,17 +222,9 @@ class Worker:
             duties.append(Pruner(pool, self.retention).run())
         if metrics is not None:
             duties.append(queue_depth.collect(pool, self.queues, metrics))
-        if self.app.notify:
+        if self.app.listens:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
-        self.lease_keeper = LeaseKeeper(
-            self.app.dsn,
-            self.id,
-            self.lease_seconds,
-            executor.leases,
-            executor.leases_lost,
-            executor.running,
-        )
         self.lease_keeper.start()
         producer.open(stop, pool, self.completer, limits, self.lease_keeper, self.stager.stage)
         # the frames whose local `held` names the attempt running on the loop
@@ -238,7 +241,7 @@ class Worker:
             self.lease_seconds,
         )
         try:
-            if self.app.notify and not burst:
+            if self.app.listens and not burst:
                 # Do not report ready before LISTEN is in place: a run enqueued right
                 # after would otherwise wait for the next poll.
                 await asyncio.wait_for(self.listener.connected.wait(), 10)

@@ -58,7 +58,14 @@ class Completer:
     """Writes outcomes for worker `worker_id` through `pool`, fenced by lease: an outcome
     whose lease is no longer valid is not written. After each batch, `wrote()` is called
     (permits came back: a claim may find room), and `written(held, outcome, written)` for
-    each outcome handed in with post()."""
+    each outcome handed in with post().
+
+    A write that fails is tried again until it lands: at once if it lost its connection,
+    then with backoff, but never waiting longer than a third of what `lease_left()` says
+    is left of the leases (the lease keeper's: an outcome's lease is no longer renewed
+    once it is handed in), so that tries go on landing until the leases would expire."""
+
+    RETRY_MIN = 0.02  # seconds between two tries at least, once a fresh connection failed
 
     def __init__(
         self,
@@ -66,8 +73,10 @@ class Completer:
         worker_id: UUID,
         written: Callable[[Held, Outcome, bool], None],
         wrote: Callable[[], None],
+        lease_left: Callable[[], float] | None = None,
     ) -> None:
         self.pool = pool
+        self.lease_left = lease_left
         self.worker_id = worker_id
         self.written = written
         self.wrote = wrote
@@ -135,6 +144,9 @@ class Completer:
                 # are rescued: at-least-once).
                 failures += 1
                 delay = outage_delay("completer", exc, failures)
+                left = self.lease_left() if self.lease_left is not None else 0.0
+                if left > 0:
+                    delay = min(delay, max(self.RETRY_MIN, left / 3))
                 await asyncio.sleep(delay)
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:

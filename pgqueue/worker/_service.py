@@ -9,7 +9,7 @@ from typing import Any, TypeAlias
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgqueue import db
+from pgqueue import _faults
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -20,11 +20,22 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 Pool: TypeAlias = AsyncConnectionPool[Any]
 
 
-def outage_delay(what: str, exc: BaseException, failures: int, base: float = 0.1) -> float:
-    """The one backoff for "the database is unreachable": log it, return how long to wait
-    (doubling from `base`, at most 5 s)."""
-    delay: float = min(5.0, base * 2.0**failures)
-    log.warning("%s: database unavailable (%s); retrying in %.1fs", what, db.first_line(exc), delay)
+def outage_delay(
+    what: str, exc: BaseException, failures: int, base: float = 0.1, cap: float = 5.0
+) -> float:
+    """The one backoff for database errors: log what went wrong (a lost connection, a
+    protocol error, an unavailable database: pgqueue._faults.describe) and return how
+    long to wait before try `failures` + 1.
+
+    A first failure that lost its connection is retried at once: the pools hand out live
+    connections only (pgqueue._pool), opening fresh ones if need be, so a killed
+    connection costs one retry, not an outage. Backoff, doubling from `base` up to `cap`,
+    starts only when the fresh connection fails too."""
+    if failures <= 1 and _faults.lost(exc):
+        log.info("%s: %s; retrying at once on a fresh connection", what, _faults.describe(exc))
+        return 0.0
+    delay: float = min(cap, base * 2.0**failures)
+    log.warning("%s: %s; retrying in %.1fs", what, _faults.describe(exc), delay)
     return delay
 
 

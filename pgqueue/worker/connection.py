@@ -3,32 +3,69 @@ connections, and the JSON loader they decode args and kwargs with."""
 
 from __future__ import annotations
 
-import functools
 import json
 import json.scanner
+import logging
 from typing import Any, cast
 from uuid import UUID
 
+import psycopg
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
-from psycopg_pool import AsyncConnectionPool
 
 from pgqueue import db
+from pgqueue._pool import AsyncCheckedPool
+
+log = logging.getLogger("pgqueue.worker")
+
+# The worker's statements are prepared (psycopg prepares a statement on its fifth run)
+# and written for generic plans: tests/sql/test_explain.py checks each under this setting.
+# Left to choose, the server re-plans the claim on every call (a LIMIT parameter makes the
+# generic plan look 100x dearer than a custom one): about a tenth of the server's time per
+# run, measured in bench/RESULTS.md. It is given as a startup parameter of the worker's
+# own connections, never with SET: a SET stays on the server connection after the
+# statement, where a pooler in transaction mode would hand it to its other clients. A
+# startup parameter ends with the connection, and a pooler does not forward it.
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
-def open_pool(dsn: str, worker_id: UUID, *, generic_plans: bool) -> AsyncConnectionPool[Any]:
-    """The worker's pool (not opened yet), shared by the claims, the completer and the
-    duties on the event loop."""
-    return AsyncConnectionPool(
+def worker_dsn(dsn: str, pooler: str | None) -> str:
+    """The DSN of the worker's pool and lease keeper: `dsn` with generic plans asked for
+    at startup when no pooler sits in between. A server (or an undeclared pooler) that
+    refuses the startup parameter gets the plain DSN, with a warning."""
+    if pooler is not None:
+        return dsn
+    given = conninfo_to_dict(dsn).get("options")
+    options = f"{given} {GENERIC_PLANS}" if given else GENERIC_PLANS
+    tuned = make_conninfo(dsn, options=options)
+    try:
+        psycopg.connect(tuned, autocommit=True).close()
+    except psycopg.OperationalError as exc:
+        if "startup parameter" not in str(exc):
+            raise db.cannot_connect(dsn, exc) from None
+        log.warning(
+            "the server refused the startup parameter options (%s): a connection pooler? "
+            "Start the worker with --pooler session or --pooler transaction",
+            db.first_line(exc),
+        )
+        return dsn
+    return tuned
+
+
+def open_pool(dsn: str, worker_id: UUID, pooler: str | None) -> AsyncCheckedPool:
+    """The worker's pool (not opened yet) on `dsn` (a worker_dsn), shared by the claims,
+    the completer and the duties on the event loop."""
+    return AsyncCheckedPool(
         dsn,
         min_size=2,
         max_size=4,
-        kwargs={"autocommit": True},
+        kwargs=db.connect_kwargs(pooler),
         timeout=5,
         reconnect_timeout=db.RECONNECT_TIMEOUT,
         open=False,
         name=f"pgqueue-worker-{worker_id.hex[:8]}",
-        configure=functools.partial(configure_connection, generic_plans=generic_plans),
+        configure=configure_connection,
     )
 
 
@@ -76,15 +113,5 @@ def loads_json(data: str | bytes) -> Any:
     return value
 
 
-async def configure_connection(conn: AsyncConnection[Any], *, generic_plans: bool) -> None:
+async def configure_connection(conn: AsyncConnection[Any]) -> None:
     set_json_loads(loads_json, conn)
-    if not generic_plans:
-        return
-    # The worker's statements are prepared (psycopg prepares a statement on its fifth
-    # run) and written for generic plans: tests/test_explain.py checks each under this
-    # setting. Left to choose, the server re-plans the claim on every call (a LIMIT
-    # parameter makes the generic plan look 100x dearer than a custom one): about a
-    # tenth of the server's time per run, measured in bench/RESULTS.md. A session
-    # setting: not with notifications off, the setting for transaction-mode poolers,
-    # where it would land on a server connection that other clients share.
-    await conn.execute("SET plan_cache_mode = force_generic_plan")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgqueue import _sql
+from pgqueue import _faults, _sql
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class Listener:
             try:  # a limit changed or the queue was paused/resumed
                 await self.refresh_limits()
             except DB_ERRORS as exc:
-                outage_delay("queue limits", exc, 1)  # its own tick tries again
+                log.warning("queue limits: %s; its own tick tries again", _faults.describe(exc))
             except Exception:
                 log.exception("queue limits: refresh failed; its own tick tries again")
             self.wake()

@@ -23,7 +23,7 @@ def register(app: App, worker_id: UUID, queues: list[str], concurrency: int) -> 
     """Check the schema and the grants, configure the app's queues, add the worker's row
     and sync the app's schedules, in one connection. A role without the worker's grants
     stops here, in one line (PermissionDenied), rather than in a duty's retry loop."""
-    with db.connect(app.dsn) as conn, db.translate_errors(conn):
+    with db.connect(app.dsn, pooler=app.pooler) as conn, db.translate_errors(conn):
         migrate.check(conn)
         check_privileges(conn)
         for q in app.queues.values():

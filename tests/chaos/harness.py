@@ -18,6 +18,7 @@ the last unhealthy one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -94,6 +95,10 @@ TIMING = (
     if FULL
     else Timing(warmup=1.0, fault=2.0, post_min=0.5, post_max=30.0, drain=30.0)
 )
+# PGQUEUE_CHAOS_FAULT=30: every fault lasts that many seconds (a measurement of one
+# scenario at the length an issue names, without the full mode's other minutes).
+if os.environ.get("PGQUEUE_CHAOS_FAULT"):
+    TIMING = dataclasses.replace(TIMING, fault=float(os.environ["PGQUEUE_CHAOS_FAULT"]))
 
 
 # -- a private server -----------------------------------------------------------------
@@ -403,10 +408,11 @@ def worker_backends(conn: psycopg.Connection[Any]) -> list[int]:
     ]
 
 
-def terminate_worker_backends(conn: psycopg.Connection[Any], k: int) -> int:
-    """pg_terminate_backend of `k` random worker connections; how many went."""
+def terminate_worker_backends(conn: psycopg.Connection[Any], k: int | None = None) -> int:
+    """pg_terminate_backend of `k` random worker connections (None: all of them); how
+    many went."""
     pids = worker_backends(conn)
-    victims = random.sample(pids, min(k, len(pids)))
+    victims = pids if k is None else random.sample(pids, min(k, len(pids)))
     if not victims:
         return 0
     row = conn.execute(

@@ -12,7 +12,7 @@ import pytest
 
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome, complete_params
-from pgqueue.worker.connection import configure_connection
+from pgqueue.worker.connection import configure_connection, worker_dsn
 from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -164,7 +164,7 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
 def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
     """The worker's connections use the generic plans checked above: the claim is not
     re-planned per call (left to choose, the server picks a custom plan every time).
-    Not with notifications off (transaction-mode poolers): no session setting then."""
+    Asked for at startup (worker_dsn), not with a SET; not through a pooler."""
     claim = {
         "queue": "default",
         "limit": 10,
@@ -173,9 +173,10 @@ def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
         **FROM_FRONT,
     }
 
-    async def plans(generic_plans: bool) -> tuple[int, int]:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-            await configure_connection(aconn, generic_plans=generic_plans)
+    async def plans(pooler: str | None) -> tuple[int, int]:
+        target = worker_dsn(dsn, pooler)
+        async with await psycopg.AsyncConnection.connect(target, autocommit=True) as aconn:
+            await configure_connection(aconn)
             for _ in range(8):
                 await aconn.execute(_sql.query("claim"), claim, prepare=True)
             cur = await aconn.execute(
@@ -186,6 +187,6 @@ def test_worker_connections_plan_the_claim_once(dsn: str) -> None:
             assert row is not None
             return int(row[0]), int(row[1])
 
-    assert asyncio.run(plans(generic_plans=True)) == (8, 0)
-    _, custom = asyncio.run(plans(generic_plans=False))
+    assert asyncio.run(plans(None)) == (8, 0)
+    _, custom = asyncio.run(plans("session"))
     assert custom > 0  # the check can fail: without the setting the claim is re-planned

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
+import logging
+import socket
+import time
 import weakref
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 import pgqueue
 from pgqueue.worker._claimed import Claimed
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
-from tests.helpers import scalar
+from tests.helpers import scalar, wait_until
 from tests.worker import parts
 
 
@@ -158,3 +163,84 @@ def test_a_claim_is_remembered_by_its_leases_not_its_rows() -> None:
     held = [(7, "token")]  # the earlier lease ended, the claimed run is held now
     keeper.add([])
     assert keeper._latest == [(7, "token")]  # one list, as long as what is held
+
+
+def test_a_killed_connection_costs_no_failed_renewal(
+    app: pgqueue.App, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server kills the keeper's connection between two renewals (as a failover, a
+    pooler restart or pg_terminate_backend do): the next renewal sees the connection is
+    dead before it uses it, and renews on a fresh one, on time, with nothing logged."""
+
+    @app.task
+    def t() -> None: ...
+
+    t.enqueue()
+    (row,) = parts.claim(dsn, 1, lease_seconds=3)
+    caplog.set_level(logging.INFO, "pgqueue.worker")
+
+    renewals = [0]
+
+    class Counted(LeaseKeeper):
+        def renew(self) -> float:
+            every = super().renew()
+            renewals[0] += 1
+            return every
+
+    async def main() -> list[int]:
+        keeper = Counted(dsn, parts.WORKER_ID, 3, lambda: [(row.id, row.lease_token)], print)
+        keeper.start()  # renews at once, then every second
+        pids = []
+        try:
+            for i in range(3):
+                await asyncio.to_thread(
+                    wait_until, lambda n=i: renewals[0] > n, 5, 0.01, f"renewal {i + 1}"
+                )
+                conn = keeper._conn
+                assert conn is not None
+                pids.append(conn.info.backend_pid)
+                with psycopg.connect(dsn, autocommit=True) as killer:
+                    killer.execute("SELECT pg_terminate_backend(%s)", (pids[-1],))
+            await asyncio.to_thread(wait_until, lambda: renewals[0] > 3, 5, 0.01, "renewal 4")
+        finally:
+            await asyncio.to_thread(keeper.stop)
+        return pids
+
+    pids = asyncio.run(main())
+    assert len(set(pids)) == 3  # a fresh connection each time
+    assert lease_left(dsn, row.id) > timedelta(seconds=1.5)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+def test_retries_never_wait_past_a_third_of_what_is_left_of_the_lease(dsn: str) -> None:
+    """With the database gone (a port nobody listens on), tries come at most a third of
+    the remaining lease apart, so several land before the leases expire."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connections are refused
+    nowhere = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    tries: list[float] = []
+
+    class Counted(LeaseKeeper):
+        def renew(self) -> float:
+            tries.append(time.monotonic())
+            return super().renew()
+
+    async def main() -> float:
+        keeper = Counted(nowhere, parts.WORKER_ID, 3, lambda: [(1, "x")], print)
+        keeper.start()
+        started = keeper.valid_until - 3
+        try:
+            await asyncio.to_thread(
+                wait_until, lambda: tries and tries[-1] > started + 3, 10, 0.01, "the expiry"
+            )
+        finally:
+            await asyncio.to_thread(keeper.stop)
+        return started
+
+    started = asyncio.run(main())
+    expires = started + 3
+    for before, after in itertools.pairwise(tries):
+        if after < expires:
+            assert after - before <= max(LeaseKeeper.RETRY_MIN, (expires - before) / 3) + 0.15
+    assert sum(1 for t in tries if t < expires) >= 6  # doubling up to lease / 3: 4

@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from pgqueue import _sql
+from pgqueue import _faults, _sql, db
 from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._service import DB_ERRORS, outage_delay
 
@@ -32,10 +33,16 @@ class LeaseKeeper:
     claim's rows (add(): the loop's list is bounded by the concurrency, so memory does not
     grow with throughput); leases that ended meanwhile are fenced out by their tokens and
     are simply not renewed. A lease held and not renewed was lost: `lost(leases)` is called
-    on the loop (which stops those attempts) once it runs again."""
+    on the loop (which stops those attempts) once it runs again.
+
+    Faults: a renewal that lost its connection is tried again at once on a fresh one (a
+    connection found dead while idle is replaced before it is used), and between later
+    tries the keeper never waits longer than a third of what is left of the leases it
+    last renewed (`valid_until`): a few tries land before they expire."""
 
     name = "lease keeper"
     SNAPSHOT_WAIT = 0.5  # seconds the thread waits for the loop's list of held leases
+    RETRY_MIN = 0.05  # seconds between two tries at least, once a fresh connection failed
 
     def __init__(
         self,
@@ -45,8 +52,10 @@ class LeaseKeeper:
         held: Callable[[], list[tuple[int, str]]],
         lost: Callable[[list[tuple[int, str]]], None],
         running: Callable[[], list[str]] | None = None,
+        pooler: str | None = None,
     ) -> None:
         self.dsn = dsn
+        self.pooler = pooler
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.held = held
@@ -60,6 +69,9 @@ class LeaseKeeper:
         self._handshake = threading.Lock()  # a snapshot is taken, or given up, not both
         self._stopped = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        # (monotonic) until when the leases renewed last are valid at least: the start of
+        # the last renewal that committed plus the lease (leases claimed since hold longer)
+        self.valid_until = time.monotonic() + lease_seconds
         self._thread = threading.Thread(target=self._run, name="pgqueue-leases", daemon=True)
 
     def add(self, rows: Sequence[Claimed]) -> None:
@@ -74,6 +86,7 @@ class LeaseKeeper:
     def start(self) -> None:
         """On the loop, whose held leases it renews."""
         self._loop = asyncio.get_running_loop()
+        self.valid_until = time.monotonic() + self.lease_seconds
         self._thread.start()
 
     def stop(self) -> None:
@@ -92,17 +105,26 @@ class LeaseKeeper:
             except DB_ERRORS as exc:
                 failures += 1
                 self._close()
-                # never sleep past a third of the lease: one try must land before it ends
-                delay = min(outage_delay(self.name, exc, failures, base=0.2), self._every())
+                delay = min(outage_delay(self.name, exc, failures, base=0.2), self._retry_cap())
             except Exception:
                 failures += 1
                 self._close()
-                delay = min(5.0, 0.2 * 2**failures, self._every())
+                delay = min(5.0, 0.2 * 2**failures, self._retry_cap())
                 log.exception("%s failed; retrying in %.1fs", self.name, delay)
         self._close()
 
     def _every(self) -> float:
         return self.lease_seconds / 3
+
+    def left(self) -> float:
+        """Seconds the leases renewed last are still valid, at least (any thread)."""
+        return self.valid_until - time.monotonic()
+
+    def _retry_cap(self) -> float:
+        """The longest wait before the next try: a third of what is left of the leases
+        (a third of the lease once they ran out: the next claim's are fresh)."""
+        left = self.left()
+        return min(self._every(), max(self.RETRY_MIN, left / 3 if left > 0 else self._every()))
 
     def renew(self) -> float:
         """One renewal (in the thread): seconds until the next one."""
@@ -113,10 +135,14 @@ class LeaseKeeper:
             self._gone = set()
         else:  # lost ones were told already: renew (and tell) only the others
             held = [lease for lease in self._latest if lease not in self._gone]
-        if self._conn is None or self._conn.closed:
+        if self._conn is not None and _faults.dead(self._conn):
+            self._close()  # killed while it waited for this renewal: no failed try for that
+        if self._conn is None:
             # a connect that hangs must not outlast the lease it is meant to renew
             timeout = max(2, int(self._every()))
-            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeout)
+            self._conn = psycopg.connect(
+                self.dsn, connect_timeout=timeout, **db.connect_kwargs(self.pooler)
+            )
         params = {
             "worker_id": self.worker_id,
             "lease_seconds": self.lease_seconds,
@@ -125,8 +151,10 @@ class LeaseKeeper:
             # with the loop's answer only: which filed permits are this worker's still
             "running": running,
         }
+        started = time.monotonic()
         cur = self._conn.execute(_sql.query("renew_leases"), params)
         renewed = {(row[0], row[1]) for row in cur}
+        self.valid_until = started + self.lease_seconds
         lost = [lease for lease in held if lease not in renewed]
         self._gone.update(lost)
         if lost:  # those the loop still holds when it gets this (it may be blocked)
