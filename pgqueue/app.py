@@ -16,6 +16,7 @@ from psycopg_pool import PoolTimeout
 from pgqueue import _enqueue, _inserts, _inspect, _json, _operator, _pool, _registry, db, migrate
 from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
+from pgqueue._bulk import BulkActions
 from pgqueue._checks import check_name
 from pgqueue._registry import LIMIT_MAX, QueueConfig
 from pgqueue.aio import AsyncApp
@@ -55,13 +56,14 @@ DsnSource = Callable[[], str]
 SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
 
 
-class App(AsyncApp):
+class App(BulkActions, AsyncApp):
     """Registry of tasks and queues bound to one database.
 
     A façade over small parts: the registry (pgqueue._registry), enqueues by name and
-    events (_enqueue), operator actions (_operator), inspection (_inspect), opening the
-    pool (_pool), the async calls (pgqueue.aio). insert_runs and connection(), on every
-    Task.enqueue's path, are written out here so that it takes no call more.
+    events (_enqueue), operator actions (_operator; bulk ones, _bulk), inspection
+    (_inspect), opening the pool (_pool), the async calls (pgqueue.aio). insert_runs
+    and connection(), on every Task.enqueue's path, are written out here so that it
+    takes no call more.
 
     `dsn`: argument > `dsn_source` (asked at each use) > PGQUEUE_DSN > error, resolved at
     first use so that a module can create its App at import time and the CLI's --dsn can

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import _sql
+from pgqueue import _bulk, _sql
 from pgqueue.dashboard import data
 
 
@@ -137,11 +137,33 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
     assert_reads(conn, _sql.query("run_errors"), {"id": 1})
     assert_reads(conn, _sql.query("list_schedules"), {})
     assert_reads(conn, _sql.query("workers_live"), {})
-    filt = {"queue": "default", "task": None, "group": None}
+    filt = {"queue": "default", "task": None, "group": None, "before": None}
+    batch = {
+        "upto": 2**62,
+        "upto_at": "2100-01-01T00:00:00Z",
+        "after_at": "1970-01-01T00:00:00Z",
+        "after_id": 0,
+    }
     for action, state, index in (
         ("retry", "failed", "runs_failed_idx"),
         ("cancel", "queued", "runs_claim_idx"),
     ):
-        for name in ("dashboard_bulk_count", f"dashboard_bulk_{action}"):
-            query = data.states_query(name, states=(state,))
-            assert_reads(conn, query, filt, index)
+        query = _bulk.with_states("bulk_count", (state,))
+        assert_reads(conn, query, filt, index)
+        if action == "retry":
+            query = _bulk.with_states("bulk_retry", (state,), 1000)
+        else:
+            query = _bulk.cancel_query(state, 1000)
+        assert_reads(conn, query, filt | batch, index)
+    # every live state's cancel reads a partial index of that state only (no sequential
+    # scan through history), with or without a queue
+    for state, indexes in (
+        ("waiting", {"runs_wait_deadline_idx", "runs_wait_event_idx"}),
+        ("scheduled", {"runs_scheduled_idx"}),
+        ("running", {"runs_lease_idx"}),
+        ("queued", {"runs_claim_idx", "runs_group_claim_idx"}),
+    ):
+        for queue in ("default", None):
+            query = _bulk.cancel_query(state, 1000)
+            read, full = reads(plan(conn, query, filt | batch | {"queue": queue}))
+            assert not full and read & indexes and read <= indexes, (state, queue, read)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from pgqueue._bulk import DEFAULT_BATCH, purge_filter
+from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
 
 QUEUE_COLUMNS = [
@@ -59,6 +61,17 @@ def _pause_command(name: str, paused: bool) -> None:
 
 _pause_command("pause", True)
 _pause_command("resume", False)
+
+
+@queues.command("purge")
+@db_options
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def queues_purge(dsn: str | None, embedded: bool, queue: str, yes: bool) -> None:
+    """Cancel every run of QUEUE that has not started (queued and scheduled); running and
+    waiting runs go on. Prints how many and asks first (--yes: don't ask)."""
+    app = open_app(dsn, embedded)
+    _bulk.run(app, "cancel", purge_filter(queue), yes=yes, batch_size=DEFAULT_BATCH)
 
 
 @queues.command("set")

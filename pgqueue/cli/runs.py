@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from pgqueue._terminal import printable
+from pgqueue.cli import _bulk
 from pgqueue.cli._common import cell, db_options, echo_json, fail, json_option, open_app, table
 from pgqueue.states import STATES
 
@@ -73,11 +75,21 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
 
 @runs.command("cancel")
 @db_options
-@click.argument("run_id", type=int)
-@click.option("--children", is_flag=True, help="Cancel its child runs too.")
-def runs_cancel(dsn: str | None, embedded: bool, run_id: int, children: bool) -> None:
-    """Cancel a run that has not finished (a running one is told to stop)."""
+@click.argument("run_id", type=int, required=False)
+@click.option("--children", is_flag=True, help="Cancel its child runs too (one run only).")
+@_bulk.filter_options
+def runs_cancel(
+    dsn: str | None, embedded: bool, run_id: int | None, children: bool, **bulk: Any
+) -> None:
+    """Cancel a run that has not finished (a running one is told to stop), or every
+    unfinished run that matches the filters: prints how many and asks first (--yes:
+    don't ask)."""
     app = open_app(dsn, embedded)
+    if run_id is None:
+        yes, size = bulk.pop("yes"), bulk.pop("batch_size")
+        _bulk.run(app, "cancel", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
+        return
+    _no_filters(bulk)
     app.get_run(run_id)
     if app.cancel(run_id, children=children):
         click.echo(f"run {run_id} canceled")
@@ -87,12 +99,29 @@ def runs_cancel(dsn: str | None, embedded: bool, run_id: int, children: bool) ->
 
 @runs.command("retry")
 @db_options
-@click.argument("run_id", type=int)
-def runs_retry(dsn: str | None, embedded: bool, run_id: int) -> None:
-    """Queue a finished run again for one more attempt."""
+@click.argument("run_id", type=int, required=False)
+@_bulk.filter_options
+def runs_retry(dsn: str | None, embedded: bool, run_id: int | None, **bulk: Any) -> None:
+    """Queue a finished run again for one more attempt, or every finished run that
+    matches the filters: prints how many and asks first (--yes: don't ask)."""
     app = open_app(dsn, embedded)
+    if run_id is None:
+        yes, size = bulk.pop("yes"), bulk.pop("batch_size")
+        _bulk.run(app, "retry", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
+        return
+    _no_filters(bulk)
     app.get_run(run_id)
     if app.retry(run_id):
         click.echo(f"run {run_id} queued again")
     else:
         fail(f"run {run_id} has not finished; only finished runs can be retried")
+
+
+def _no_filters(bulk: dict[str, Any]) -> None:
+    given = [k for k in ("states", "queue", "task", "group", "older_than") if bulk[k]]
+    if given or bulk["all_runs"]:
+        names = [f"--{k.rstrip('s').replace('_', '-')}" for k in given]
+        fail(
+            f"give either a run id or filters, not both ({', '.join(names) or '--all'} "
+            "with a run id)"
+        )

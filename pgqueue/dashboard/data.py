@@ -12,11 +12,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgqueue import _sql
+from pgqueue import _bulk, _sql
 from pgqueue import schedules as _schedules
 from pgqueue.dashboard import why
 from pgqueue.errors import RunNotFound, UserError
-from pgqueue.states import FINISHED_STATES, LIVE_STATES, STATES, RunState
+from pgqueue.states import FINISHED_STATES, STATES, RunState
 
 PAGE_SIZE = 50
 # A page of runs reads at most this many runs after its cursor, whatever its filters
@@ -269,39 +269,31 @@ def list_schedules(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 def count_matching(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
     """How many runs a bulk `action` with this filter would act on."""
-    query = states_query("dashboard_bulk_count", states=bulk_states(action, filt))
-    row = conn.execute(query, filt.params()).fetchone()
-    return int(row[0]) if row else 0
+    return _bulk.count(conn, action, bulk_filter(action, filt))
 
 
 # -- acting ----------------------------------------------------------------------------
 
 
-def bulk_states(action: str, filt: RunFilter) -> tuple[str, ...]:
-    """The states a bulk action reaches: those it can change, narrowed by the filter."""
-    if action == "cancel":
-        allowed: tuple[str, ...] = LIVE_STATES
-    elif action == "retry":
-        allowed = FINISHED_STATES
-    else:
-        raise BadRequest(f"unknown bulk action {action!r}: cancel or retry")
-    if filt.state is None:
-        return allowed
-    if filt.state not in allowed:
-        raise BadRequest(f"cannot {action} runs that are {filt.state}")
-    return (filt.state,)
+def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
+    """The dashboard's filter as a bulk action's (pgqueue._bulk, shared with the CLI and
+    App.cancel_where/retry_where). An empty filter means every run the action can reach,
+    as the page's form says before it acts."""
+    if filt.q is not None:
+        raise BadRequest("a bulk action takes state, queue, task and group filters, not q")
+    try:
+        bulk = _bulk.Filter.of(
+            state=filt.state, queue=filt.queue, task=filt.task, group=filt.group, all_runs=True
+        )
+        bulk.states_for(action)
+    except _bulk.BulkError as exc:
+        raise BadRequest(str(exc)) from None
+    return bulk
 
 
 def bulk(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
-    """Cancel or retry every run matching the filter; returns how many changed."""
-    if filt.q is not None:
-        raise BadRequest("a bulk action takes state, queue, task and group filters, not q")
-    name = "dashboard_bulk_cancel" if action == "cancel" else "dashboard_bulk_retry"
-    query = states_query(name, states=bulk_states(action, filt))
-    params = filt.params()
-    with conn.transaction():
-        row = conn.execute(query, params).fetchone()
-    return int(row[0]) if row else 0
+    """Cancel or retry every run matching the filter, in batches; returns how many changed."""
+    return _bulk.act(conn, action, bulk_filter(action, filt))
 
 
 def cancel(conn: psycopg.Connection[Any], run_id: int) -> bool:

@@ -1,0 +1,10 @@
+-- How many runs in {states} match a bulk action's filter (pgqueue._bulk): what
+-- `pgqueue runs cancel|retry` prints before it asks, and the dashboard before it acts.
+-- Each state reads its partial index (runs_finished_idx for finished runs).
+SELECT count(*)
+FROM pgqueue.runs r
+WHERE r.state IN ({states})
+  AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR r.task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR r.group_key = %(group)s::text)
+  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
