@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable
@@ -9,9 +11,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
-from pgqueue import _sql, db
+from pgqueue import _sql, _waiters
 from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
 from pgqueue.states import TERMINAL_STATES, RunState
 
@@ -99,46 +99,66 @@ class RunHandle:
 
     def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
-        TimeoutError. Wakes on a NOTIFY sent when the run finishes (polls as a backstop)."""
+        TimeoutError. Woken by the process's shared listener (pgqueue._waiters: one
+        connection for every waiter), which polls every poll_interval as a backstop."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with db.connect(self.app.dsn) as conn, db.translate_errors(conn):
-            conn.execute("LISTEN pgqueue_done")
-            conn.execute(_sql.query("watch_run"), {"id": self.id})
+        event, wake = _waiters.thread_waker()
+        waiters = _waiters.shared(self.app)
+        waiter = _waiters.Waiter(self.id, poll_interval, wake)
+        waiters.add(waiter)
+        try:
+            waiters.connected.wait(_waiters.CONNECT_WAIT)
+            if self.app.listens:
+                with self.app.connection() as conn:
+                    conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
-                run = self.app.get_run(self.id, conn=conn)
+                event.clear()
+                run = self.app.get_run(self.id)
                 if (result := outcome(run)) is not PENDING:
                     return result
-                left = poll_interval if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"run {self.id} still {run.state} after {timeout}s")
-                target = str(self.id)
-                for note in conn.notifies(timeout=min(left, poll_interval)):
-                    if note.payload == target:
-                        break
+                left = _left(deadline, timeout, run, self.id)
+                event.wait(left if waiters.connected.is_set() else min(left, poll_interval))
+        finally:
+            waiters.remove(waiter)
 
     async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
-        """wait() for asyncio code: the same LISTEN, backstop poll and outcome."""
+        """wait() for asyncio code: the same shared listener, backstop poll and outcome."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        event, wake = _waiters.loop_waker()
+        waiters = _waiters.shared(self.app)
+        waiter = _waiters.Waiter(self.id, poll_interval, wake)
+        waiters.add(waiter)
         try:
-            conn = await psycopg.AsyncConnection.connect(self.app.dsn, autocommit=True)
-        except psycopg.OperationalError:
-            db.connect(self.app.dsn).close()  # raises the one-line ConfigError
-            raise
-        async with conn:
-            with db.translate_errors(conn):
-                await conn.execute("LISTEN pgqueue_done")
-                await conn.execute(_sql.query("watch_run"), {"id": self.id})
+            if not waiters.connected.is_set():
+                await asyncio.to_thread(waiters.connected.wait, _waiters.CONNECT_WAIT)
+            if self.app.listens:
+                async with self.app.async_connection() as conn:
+                    await conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
-                run = await self.app.get_run_async(self.id, conn=conn)
+                event.clear()
+                run = await self.app.get_run_async(self.id)
                 if (result := outcome(run)) is not PENDING:
                     return result
-                left = poll_interval if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"run {self.id} still {run.state} after {timeout}s")
-                target = str(self.id)
-                async for note in conn.notifies(timeout=min(left, poll_interval)):
-                    if note.payload == target:
-                        break
+                left = _left(deadline, timeout, run, self.id)
+                if not waiters.connected.is_set():
+                    left = min(left, poll_interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), left)
+        finally:
+            waiters.remove(waiter)
+
+
+def _left(deadline: float | None, timeout: float | None, run: Run, run_id: int) -> float:
+    """Seconds a waiter may still wait, or the TimeoutError of one that waited enough."""
+    if deadline is None:
+        return _FOREVER
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"run {run_id} still {run.state} after {timeout}s")
+    return left
+
+
+_FOREVER = 3600.0  # a wait without a deadline looks again at least this often
 
 
 def outcome(run: Run) -> Any:

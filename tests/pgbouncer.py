@@ -1,0 +1,121 @@
+"""A real PgBouncer in front of the test database, for tests/test_poolers.py.
+
+PgBouncer refuses to run as root, so as root (CI) it runs as `nobody`; its config, auth
+file and log live in a temporary directory of its own. Without the binary the tests skip,
+except in CI (CI=true), where .ci/run installs it and a missing one is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.helpers import wait_until
+
+
+def binary() -> str:
+    found = shutil.which("pgbouncer") or next(
+        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
+    )
+    if found is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI needs pgbouncer: apt-get install pgbouncer (see .ci/run)")
+        pytest.skip("no pgbouncer (apt-get install pgbouncer)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+CONFIG = """\
+[databases]
+{alias} = host={host} port={port} dbname={dbname} user={user}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen}
+unix_socket_dir =
+auth_type = trust
+auth_file = {dir}/users.txt
+pool_mode = {mode}
+max_client_conn = 2000
+default_pool_size = {pool_size}
+; nothing cleans a server connection between clients: whatever session state a client
+; leaves behind, the next client of that server connection inherits
+server_reset_query =
+logfile = {dir}/pgbouncer.log
+"""
+
+
+@contextlib.contextmanager
+def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
+    """PgBouncer in `mode` (transaction or session) in front of `dsn`'s database; yields
+    the DSN clients use to reach the database through it."""
+    exe = binary()
+    target = conninfo_to_dict(dsn)
+    workdir = Path(tempfile.mkdtemp(prefix="pgq-bouncer-"))
+    listen = free_port()
+    alias = "pooled"
+    user = str(target.get("user") or "postgres")
+    (workdir / "users.txt").write_text(f'"{user}" ""\n')
+    config = workdir / "pgbouncer.ini"
+    config.write_text(
+        CONFIG.format(
+            alias=alias,
+            host=target.get("host") or "127.0.0.1",
+            port=target.get("port") or 5432,
+            dbname=target["dbname"],
+            user=user,
+            listen=listen,
+            dir=workdir,
+            mode=mode,
+            pool_size=pool_size,
+        )
+    )
+    command = [exe, str(config)]
+    if os.geteuid() == 0:  # PgBouncer will not run as root
+        shutil.chown(workdir, "nobody")
+        for f in workdir.iterdir():
+            shutil.chown(f, "nobody")
+        command = ["runuser", "-u", "nobody", "--", *command]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    through = make_conninfo("", host="127.0.0.1", port=listen, dbname=alias, user=user)
+    try:
+
+        def accepting() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"pgbouncer exited: {log(workdir)}")
+            try:
+                psycopg.connect(through, connect_timeout=2).close()
+            except psycopg.OperationalError:
+                return False
+            return True
+
+        wait_until(accepting, timeout=20, interval=0.05, message="pgbouncer to accept")
+        yield through
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def log(workdir: Path) -> str:
+    path = workdir / "pgbouncer.log"
+    return path.read_text()[-4000:] if path.exists() else "(no log)"

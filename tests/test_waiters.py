@@ -1,0 +1,193 @@
+"""The waiters of a process share one connection (pgqueue._waiters): a thousand waits
+cost no more connections than one, a finished run wakes its waiter by NOTIFY (not at the
+next poll), and a killed shared connection costs latency, never a result."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+import pgqueue
+from pgqueue import _waiters
+from tests.helpers import InProcessWorker, scalar, wait_until
+
+WAITERS_APP = "pgqueue-test-waiters"
+
+
+@pytest.fixture
+def waiting_app(dsn: str) -> Iterator[pgqueue.App]:
+    """An App whose connections say who they are (application_name), to be counted."""
+    app = pgqueue.App(make_conninfo(dsn, application_name=WAITERS_APP))
+    yield app
+    app.close()
+
+
+def connections(dsn: str) -> int:
+    return int(
+        scalar(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (WAITERS_APP,),
+        )
+    )
+
+
+def listener_pid(dsn: str) -> int | None:
+    """The backend of the waiters' shared connection, once it LISTENs."""
+    pid = scalar(
+        dsn,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        " AND query = 'LISTEN pgqueue_done'",
+        (WAITERS_APP,),
+    )
+    return int(pid) if pid is not None else None
+
+
+class Peak(threading.Thread):
+    """The most connections of WAITERS_APP seen, sampled every 20 ms until stopped."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.peak = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.02):
+            self.peak = max(self.peak, connections(self.dsn))
+
+    def __enter__(self) -> Peak:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.halt.set()
+        self.join(10)
+
+
+def test_a_thousand_async_waiters_share_one_connection(
+    dsn: str, app: pgqueue.App, waiting_app: pgqueue.App
+) -> None:
+    @waiting_app.task(name="echo")
+    def echo_producer(i: int) -> int: ...
+
+    @app.task(name="echo")
+    def echo(i: int) -> int:
+        return i
+
+    handles = echo_producer.enqueue_many([(i,) for i in range(1000)])
+    waiters = _waiters.shared(waiting_app)
+
+    async def main() -> list[Any]:
+        waits = [asyncio.ensure_future(h.wait_async(timeout=60)) for h in handles]
+        await asyncio.to_thread(
+            wait_until, lambda: len(waiters._waiting) == 1000, 30, 0.02, "1000 waiters"
+        )
+        with InProcessWorker(app, concurrency=50):
+            return await asyncio.gather(*waits)
+
+    with Peak(dsn) as peak:
+        results = asyncio.run(main())
+    assert results == list(range(1000))
+    # the async pool (pool_size 4) and the shared connection: not one per waiter
+    assert 1 <= peak.peak <= waiting_app.pool_size + 1 + 1  # + the sync pool's first
+    assert waiters._waiting == {}
+
+
+def test_threads_waiting_share_it_too(dsn: str, app: pgqueue.App, waiting_app: pgqueue.App) -> None:
+    @waiting_app.task(name="echo")
+    def echo_producer(i: int) -> int: ...
+
+    @app.task(name="echo")
+    def echo(i: int) -> int:
+        return i
+
+    handles = echo_producer.enqueue_many([(i,) for i in range(50)])
+    results: dict[int, Any] = {}
+
+    def wait(i: int) -> None:
+        results[i] = handles[i].wait(timeout=60)
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(50)]
+    with Peak(dsn) as peak:
+        for t in threads:
+            t.start()
+        wait_until(
+            lambda: len(_waiters.shared(waiting_app)._waiting) == 50, 30, message="50 waiters"
+        )
+        with InProcessWorker(app, concurrency=10):
+            for t in threads:
+                t.join(60)
+    assert results == {i: i for i in range(50)}
+    assert peak.peak <= waiting_app.pool_size + 1
+
+
+def test_a_finished_run_wakes_its_waiter_at_once_not_at_the_next_poll(
+    app: pgqueue.App,
+) -> None:
+    @app.task
+    def quick() -> str:
+        return "done"
+
+    handle = quick.enqueue()
+    with InProcessWorker(app):
+        started = time.monotonic()
+        assert handle.wait(timeout=20, poll_interval=30) == "done"
+    assert time.monotonic() - started < 5  # a poll would have taken 30 s
+
+
+def test_a_killed_shared_connection_costs_latency_not_a_result(
+    dsn: str, app: pgqueue.App, waiting_app: pgqueue.App
+) -> None:
+    """The shared connection is killed while a waiter waits (poll every 30 s): it comes
+    back, LISTENs again, wakes its waiters to look, and the result arrives by NOTIFY."""
+
+    @waiting_app.task(name="slow")
+    def slow_producer() -> str: ...
+
+    gate = threading.Event()
+
+    @app.task(name="slow")
+    def slow() -> str:
+        gate.wait(30)
+        return "late"
+
+    handle = slow_producer.enqueue()
+    waiters = _waiters.shared(waiting_app)
+    out: list[Any] = []
+    waiter = threading.Thread(target=lambda: out.append(handle.wait(timeout=60, poll_interval=30)))
+    with InProcessWorker(app):
+        waiter.start()
+        wait_until(lambda: waiters._waiting, message="the waiter")
+        listening = wait_until(lambda: listener_pid(dsn), message="the LISTEN backend")
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (listening,))
+        wait_until(lambda: listener_pid(dsn) not in (None, listening), 10, message="a new LISTEN")
+        started = time.monotonic()
+        gate.set()
+        waiter.join(20)
+    assert out == ["late"]
+    assert time.monotonic() - started < 5
+
+
+def test_a_run_waited_for_at_once_is_still_claimed_at_once(app: pgqueue.App, dsn: str) -> None:
+    """wait() marks its run (sql/watch_run.sql) right after the enqueue, holding the row
+    lock for a moment; a claim meeting it skips the run (SKIP LOCKED). The watch announces
+    a queued run again, so the worker looks again at once, not at its next poll (30 s)."""
+
+    @app.task
+    def quick(i: int) -> int:
+        return i
+
+    with InProcessWorker(app, poll_interval=30):
+        for i in range(20):
+            started = time.monotonic()
+            assert quick.enqueue(i).wait(timeout=20) == i
+            assert time.monotonic() - started < 5, f"run {i} waited for a poll"
