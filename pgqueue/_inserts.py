@@ -40,7 +40,7 @@ class Insert:
     `lookup(found)` if it returns a statement (keys that other runs held), then
     `handles(found, existing)`."""
 
-    def __init__(self, app: App, rows: Sequence[RunRow]) -> None:
+    def __init__(self, app: App, rows: Sequence[RunRow], headers: str | None = None) -> None:
         self.app = app
         self.rows = rows
         self.keyed = not isinstance(rows, RunBatch) and any(
@@ -48,6 +48,9 @@ class Insert:
         )
         self.query, self.params = _statement(rows, self.keyed)
         self.params["notify"] = app.notify
+        # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
+        # when the app is traced (pgqueue.contrib.otel), else NULL
+        self.params["headers"] = headers
 
     def lookup(self, found: Found) -> tuple[LiteralString, dict[str, Any]] | None:
         """The query for the runs that already held a key (the insert skipped them)."""

@@ -107,6 +107,10 @@ class AsyncApp:
         GroupCommit, together with the other single runs enqueued meanwhile."""
         if not rows:
             return []
+        app = self._app()
+        if app.tracing is not None:
+            with app.tracing.enqueue(rows) as traced:
+                return traced(await self._insert_now(rows, conn, traced.headers))
         if conn is None and len(rows) == 1 and not isinstance(rows, RunBatch):
             loop = asyncio.get_running_loop()
             group = self._group_commit
@@ -115,8 +119,12 @@ class AsyncApp:
             return [await group.insert(rows[0])]
         return await self._insert_now(rows, conn)
 
-    async def _insert_now(self, rows: Sequence[RunRow], conn: AsyncConn | None) -> list[RunHandle]:
-        op = _inserts.Insert(self._app(), rows)
+    async def _insert_now(
+        self, rows: Sequence[RunRow], conn: AsyncConn | None, headers: str | None = None
+    ) -> list[RunHandle]:
+        """One statement now; a traced enqueue takes this path (each run's own headers),
+        not GroupCommit's shared one."""
+        op = _inserts.Insert(self._app(), rows, headers)
         async with self.async_connection(conn) as c:
             found = await (await c.execute(op.query, op.params)).fetchone()
             lookup = op.lookup(found)

@@ -26,6 +26,7 @@ from pgqueue.runs import Run, RunHandle
 from pgqueue.tasks import RunRow, Task
 
 if TYPE_CHECKING:
+    from pgqueue._tracing import Tracing
     from pgqueue.worker import Worker
     from pgqueue.worker._claimed import Claimed
 
@@ -125,6 +126,9 @@ class App(BulkActions, AsyncApp):
         # call() and return its result. The Django integration refreshes Django's database
         # connections there, as Django does around a request.
         self.sync_wrappers: list[SyncWrapper] = []
+        # Spans around enqueues and attempts: None unless pgqueue.contrib.otel.instrument
+        # installed them (then one `is not None` test per enqueue and per attempt).
+        self.tracing: Tracing | None = None
 
     # -- configuration ----------------------------------------------------------------
 
@@ -300,7 +304,15 @@ class App(BulkActions, AsyncApp):
             deferred = self.enqueue_deferrer(self, rows)
             if deferred is not None:
                 return deferred
-        op = _inserts.Insert(self, rows)
+        if self.tracing is not None:
+            with self.tracing.enqueue(rows) as traced:
+                return traced(self._insert(rows, caller, traced.headers))
+        return self._insert(rows, caller, None)
+
+    def _insert(
+        self, rows: Sequence[RunRow], caller: psycopg.Connection[Any] | None, headers: str | None
+    ) -> list[RunHandle]:
+        op = _inserts.Insert(self, rows, headers)
         with self.connection(caller) as c:
             found = c.execute(op.query, op.params).fetchone()
             lookup = op.lookup(found)

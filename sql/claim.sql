@@ -89,4 +89,6 @@ RETURNING r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
           extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds,
           -- a workflow replaying after a wait or a retry has steps to load; a fresh one
           -- does not, and then a step costs exactly one round trip
-          EXISTS (SELECT 1 FROM pgqueue.steps st WHERE st.run_id = r.id) AS has_steps
+          EXISTS (SELECT 1 FROM pgqueue.steps st WHERE st.run_id = r.id) AS has_steps,
+          -- trace context stored at enqueue (pgqueue.contrib.otel); NULL without tracing
+          r.headers

@@ -9,7 +9,8 @@ SELECT r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
        r.timeout_seconds, r.lease_token::text AS lease_token, r.priority, r.group_key,
        r.parent_id,
        extract(epoch FROM now() - r.run_at)::double precision AS pickup_seconds,
-       EXISTS (SELECT 1 FROM pgqueue.steps st WHERE st.run_id = r.id) AS has_steps
+       EXISTS (SELECT 1 FROM pgqueue.steps st WHERE st.run_id = r.id) AS has_steps,
+       r.headers
 FROM pgqueue.claim_limited(%(queue)s::text, %(worker_id)s::uuid, %(limit)s::integer,
                            %(lease_seconds)s::double precision,
                            %(finishing)s::uuid[]) r

@@ -14,10 +14,10 @@
 inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, idempotency_key, run_at, parent_id,
-                              limited)
+                              limited, headers)
     SELECT task, queue, {{run_state_from_due}},
            priority, args, kwargs, max_attempts, timeout_seconds, group_key, idempotency_key,
-           due, parent_id, queue IN (SELECT name FROM limits)
+           due, parent_id, queue IN (SELECT name FROM limits), %(headers)s::jsonb
     FROM input
     ORDER BY n
     RETURNING id, queue, state, idempotency_key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ import click
 from click.core import ParameterSource
 
 from pgqueue import _logging, retention
+from pgqueue.cli import _reload
 from pgqueue.cli._common import F, db_options, fail, open_app
 from pgqueue.errors import UserError
 
@@ -163,6 +165,17 @@ def worker_retention(
     help="Drain and exit 0 once the worker's RSS exceeds this many MiB (checked before"
     " claiming, at most ten times a second), for a supervisor to start a fresh process.",
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Development: restart the worker whenever a .py file changes (needs pgqueue[reload]).",
+)
+@click.option(
+    "--reload-dir",
+    "reload_dirs",
+    multiple=True,
+    help="Directory --reload watches (repeatable; default: the current directory).",
+)
 @retention_options
 @click.pass_context
 def worker(
@@ -188,6 +201,8 @@ def worker(
     keep_canceled: timedelta | None,
     keep_events: timedelta | None,
     no_prune: bool,
+    reload: bool,
+    reload_dirs: tuple[str, ...],
 ) -> None:
     """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits).
 
@@ -200,6 +215,14 @@ def worker(
         "events": keep_events,
     }
     keep_history = worker_retention(ctx, no_prune, keep)
+    if reload_dirs and not reload:
+        fail("--reload-dir only applies with --reload")
+    if reload and burst:
+        fail("--reload restarts a worker that runs until stopped: it cannot go with --burst")
+    if reload and not os.environ.get(_reload.CHILD_ENV):
+        open_app(dsn, embedded, app_spec)  # a bad --app or DSN fails here, once
+        _reload.supervise(reload_dirs, stop_timeout=min(grace, 10) + 2)
+        return
     _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec, pooler=pooler)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None

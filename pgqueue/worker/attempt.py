@@ -4,6 +4,7 @@ turn what happened into an Outcome for the completer."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import traceback
@@ -23,6 +24,7 @@ from pgqueue.worker._completer import Outcome
 from pgqueue.workflows import Durable, Suspend
 
 if TYPE_CHECKING:
+    from pgqueue._tracing import Tracing
     from pgqueue.worker.executor import Executor
 
 log = logging.getLogger("pgqueue.worker")
@@ -190,6 +192,13 @@ async def attempt(executor: Executor, held: Held) -> Outcome | None:
     return _returned(executor, held, task, result)
 
 
+async def traced_attempt(executor: Executor, held: Held, tracing: Tracing) -> Outcome | None:
+    """attempt() inside the app's attempt span (pgqueue.contrib.otel): the task's own
+    spans are its children, and the span records the outcome."""
+    with tracing.attempt(held) as span:
+        return span.ended(await attempt(executor, held))
+
+
 def in_thread(task: Task[Any, Any] | None) -> bool:
     """Whether an attempt of `task` runs wholly in a worker thread (attempt_in_thread):
     a sync task with no hook (a hook runs after the write, from the event loop)."""
@@ -229,6 +238,8 @@ def _call(executor: Executor, held: Held, task: Task[Any, Any]) -> Callable[[], 
     args = task.run_ctx_args(held.ctx, held.row.args)
     call = functools.partial(task.fn, *args, **held.row.kwargs)
     app = executor.app
+    if app.tracing is not None:  # a thread of the pool: in the attempt span's context
+        call = functools.partial(contextvars.copy_context().run, call)
     return app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
 
 

@@ -78,7 +78,10 @@ class Executor:
     async def execute(self, held: Held) -> None:
         try:
             self.transitions.started(held)
-            outcome = await _attempt.attempt(self, held)
+            if self.app.tracing is None:
+                outcome = await _attempt.attempt(self, held)
+            else:
+                outcome = await _attempt.traced_attempt(self, held, self.app.tracing)
             if outcome is None or held.lost:
                 if not held.submitted:  # else it timed out, and timed_out() wrote it
                     self.transitions.finished(held, None, False)
@@ -159,7 +162,11 @@ class Executor:
 
     def _attempt_in_thread(self, held: Held) -> Outcome | None:
         """In the thread."""
-        return _attempt.attempt_in_thread(self, held, self.app.tasks[held.row.task])
+        task = self.app.tasks[held.row.task]
+        if self.app.tracing is not None:
+            with self.app.tracing.attempt(held) as span:
+                return span.ended(_attempt.attempt_in_thread(self, held, task))
+        return _attempt.attempt_in_thread(self, held, task)
 
     def _from_thread(self, held: Held, outcome: Outcome | None, exc: BaseException | None) -> None:
         """On the loop: the thread's attempt returned."""

@@ -98,6 +98,8 @@ def test_more_urgent_runs_go_first_whatever_the_mark(
 def test_a_mark_never_loses_a_run(conn: psycopg.Connection[Any], runs: list[int]) -> None:
     """Whatever the mark, a queue is drained: a mark past every run reads from behind."""
     marks = ClaimMarks(every=math.inf)
-    gone = Claimed(runs[-1] + 1000, "noop", "default", [], {}, 1, 3, None, "", 0, "", None, 0, 0)
+    gone = Claimed(
+        runs[-1] + 1000, "noop", "default", [], {}, 1, 3, None, "", 0, "", None, 0, 0, None
+    )
     marks.landed("default", [gone])
     assert ids(claim(conn, marks, 50)) == runs
