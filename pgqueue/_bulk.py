@@ -108,11 +108,11 @@ class Filter:
             )
         return self.states
 
-    def params(self, now: datetime | None = None) -> dict[str, Any]:
-        before = None
-        if self.older_than is not None:
-            before = (now or datetime.now(UTC)) - self.older_than
-        return {"queue": self.queue, "task": self.task, "group": self.group, "before": before}
+    def params(self) -> dict[str, Any]:
+        """The statements' filter parameters; the age is compared with the database's
+        clock (now()), not this machine's."""
+        age = None if self.older_than is None else self.older_than.total_seconds()
+        return {"queue": self.queue, "task": self.task, "group": self.group, "older_than": age}
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

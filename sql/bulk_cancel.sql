@@ -17,7 +17,8 @@ WITH batch AS (
       AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR r.task = %(task)s::text)
       AND (%(group)s::text IS NULL OR r.group_key = %(group)s::text)
-      AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
+      AND (%(older_than)s::double precision IS NULL
+           OR r.created_at < now() - %(older_than)s::double precision * interval '1 second')
     ORDER BY {order}
     LIMIT {batch}
 )

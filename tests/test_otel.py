@@ -4,6 +4,7 @@ worker process; failures are recorded; an untraced app stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,3 +154,23 @@ def test_an_untraced_app_stores_no_headers(dsn: str, conn: psycopg.Connection[An
     finally:
         plain.close()
     assert headers_of(conn, run_id) is None
+
+
+def test_async_enqueues_are_traced_too(
+    app: pgqueue.App, spans: InMemorySpanExporter, conn: psycopg.Connection[Any]
+) -> None:
+    """enqueue_async of one run (which GroupCommit would otherwise batch with other
+    callers' runs) and enqueue_many_async each store their own span's context."""
+
+    async def enqueue() -> list[int]:
+        one = await traced.work.enqueue_async(1)
+        many = await traced.work.enqueue_many_async([(2,), (3,)])
+        await app.aclose()
+        return [one.id, *(h.id for h in many)]
+
+    ids = asyncio.run(enqueue())
+    produced = [s for s in spans.get_finished_spans() if s.name == "pgqueue.enqueue traced.work"]
+    assert len(produced) == 2
+    contexts = {f"{s.context.span_id:016x}" for s in produced if s.context is not None}
+    stored = {headers_of(conn, i)["traceparent"].split("-")[2] for i in ids}
+    assert stored == contexts

@@ -13,7 +13,7 @@ COMMANDS = {
     "enqueue": set(),
     "emit": set(),
     "runs": {"list", "show", "cancel", "retry"},
-    "queues": {"pause", "resume", "set", "groups"},
+    "queues": {"pause", "resume", "set", "groups", "purge"},
     "schedules": {"pause", "resume", "trigger"},
     "workers": set(),
     "prune": set(),

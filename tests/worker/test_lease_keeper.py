@@ -152,7 +152,7 @@ def test_a_claim_is_remembered_by_its_leases_not_its_rows() -> None:
 
     arg = Argument()
     alive = weakref.ref(arg)
-    row = Claimed(7, "t", "default", [arg], {}, 1, 1, None, "token", 0, "", None, 0.0, False)
+    row = Claimed(7, "t", "default", [arg], {}, 1, 1, None, "token", 0, "", None, 0.0, False, None)
     held = [(5, "older")]
     keeper = LeaseKeeper("", parts.WORKER_ID, 60, lambda: list(held), lambda gone: None)
     keeper.add([row])
