@@ -66,6 +66,10 @@ def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
     the DSN clients use to reach the database through it."""
     exe = binary()
     target = conninfo_to_dict(dsn)
+    if str(target.get("host") or "").startswith("/"):
+        # The embedded test server listens only on a private Unix socket, which PgBouncer
+        # running as nobody cannot reach; CI's PGQUEUE_TEST_DSN pass (TCP) runs these tests.
+        pytest.skip("PgBouncer needs a TCP server: run with PGQUEUE_TEST_DSN")
     workdir = Path(tempfile.mkdtemp(prefix="pgq-bouncer-"))
     listen = free_port()
     alias = "pooled"
