@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT, scalar
-from tests.test_flask import sqlalchemy_url
-from tests.webapps import Databases
+from tests.webapps import Databases, sqlalchemy_url
 
 DOCS = ROOT / "docs"
 

@@ -14,30 +14,12 @@ pytest.importorskip("flask")
 pytest.importorskip("flask_sqlalchemy")
 
 from psycopg.conninfo import conninfo_to_dict
-from sqlalchemy import URL
 
 from pgqueue import migrate
 from tests.helpers import scalar
-from tests.webapps import EXAMPLES, Databases, run_command
+from tests.webapps import EXAMPLES, Databases, run_command, sqlalchemy_url
 
 APP_DIR = EXAMPLES / "flask_app"
-
-
-def sqlalchemy_url(dsn: str) -> str:
-    """postgresql+psycopg:// URL of a libpq DSN (a socket directory goes in the query)."""
-    p = conninfo_to_dict(dsn)
-    host, port = str(p.get("host", "")), str(p.get("port", "5432"))
-    on_socket = host.startswith("/")
-    url = URL.create(
-        "postgresql+psycopg",
-        username=str(p.get("user", "")) or None,
-        password=str(p.get("password", "")) or None,
-        host=None if on_socket else host,
-        port=None if on_socket else int(port),
-        database=str(p["dbname"]),
-        query={"host": host, "port": port} if on_socket else {},
-    )
-    return url.render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="module")

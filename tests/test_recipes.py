@@ -19,30 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from tests.helpers import ROOT
-from tests.webapps import EXAMPLES, Databases
+from tests.webapps import EXAMPLES, Databases, sqlalchemy_url
 
 BIN = Path(sys.executable).parent
-
-
-def sqlalchemy_url(dsn: str) -> str:
-    from sqlalchemy import URL
-
-    p = conninfo_to_dict(dsn)
-    host, port = str(p.get("host", "")), str(p.get("port", "5432"))
-    on_socket = host.startswith("/")
-    url = URL.create(
-        "postgresql+psycopg",
-        username=str(p.get("user", "")) or None,
-        password=str(p.get("password", "")) or None,
-        host=None if on_socket else host,
-        port=None if on_socket else int(port),
-        database=str(p["dbname"]),
-        query={"host": host, "port": port} if on_socket else {},
-    )
-    return url.render_as_string(hide_password=False)
 
 
 # guide: (the example app it describes, the environment that points it at a database)

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.helpers import ROOT
 
@@ -81,3 +81,22 @@ def run_command(
 def execute(dsn: str, query: Any, params: Any = None) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(query, params)
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """postgresql+psycopg:// URL of a libpq DSN (a socket directory goes in the query)."""
+    from sqlalchemy import URL
+
+    p = conninfo_to_dict(dsn)
+    host, port = str(p.get("host", "")), str(p.get("port", "5432"))
+    on_socket = host.startswith("/")
+    url = URL.create(
+        "postgresql+psycopg",
+        username=str(p.get("user", "")) or None,
+        password=str(p.get("password", "")) or None,
+        host=None if on_socket else host,
+        port=None if on_socket else int(port),
+        database=str(p["dbname"]),
+        query={"host": host, "port": port} if on_socket else {},
+    )
+    return url.render_as_string(hide_password=False)
