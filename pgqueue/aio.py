@@ -55,8 +55,8 @@ class AsyncApp:
         ):
             # No await between the check and the assignment: concurrent callers on this
             # loop all see the one pool, and all wait for the one opening.
-            if owner is loop and self._apool_guard is not None:
-                self._apool_guard.cancel()  # closes the pool it replaces
+            if self._apool_guard is not None:
+                _stop(self._apool_guard, owner)  # closes the pool it replaces
             self._apool = AsyncCheckedPool(
                 app.dsn, name="pgqueue-async", **db.app_pool_options(app.pool_size, app.pooler)
             )
@@ -98,6 +98,27 @@ class AsyncApp:
             guard.cancel()
         if pool is not None and loop is not None and loop() is asyncio.get_running_loop():
             await pool.close()
+
+    def close_async_pool(self, timeout: float = 5.0) -> None:
+        """Close the async pool from synchronous code (App.close calls it), whichever
+        thread runs its event loop: on a loop running in another thread (an ASGI server's,
+        a test's background loop) or on one that is not running (kept between tests), it
+        waits up to `timeout` for the connections to close. Called on the pool's own
+        running loop, it can only schedule the close. It reopens at next use."""
+        guard, ref = self._apool_guard, self._apool_loop
+        self._apool = self._apool_guard = self._apool_opening = None
+        loop = ref() if ref is not None else None
+        if guard is None or loop is None or loop.is_closed() or guard.done():
+            return
+        if loop.is_running():
+            if _running_loop() is loop:
+                guard.cancel()
+            else:
+                asyncio.run_coroutine_threadsafe(_cancelled(guard), loop).result(timeout)
+        elif _running_loop() is None:
+            loop.run_until_complete(asyncio.wait_for(_cancelled(guard), timeout))
+        else:
+            guard.cancel()  # closes when its loop runs again
 
     async def insert_runs_async(
         self, rows: Sequence[RunRow], *, conn: AsyncConn | None = None
@@ -149,6 +170,30 @@ async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str, pooler: str | No
         await pool.open(wait=True, timeout=db.POOL_TIMEOUT)
     except PoolTimeout:
         raise db.pool_timeout(dsn) from None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _stop(guard: asyncio.Task[None], loop: asyncio.AbstractEventLoop | None) -> None:
+    """Cancel a pool's guard (which closes the pool) from any thread without waiting."""
+    if guard.done() or loop is None or loop.is_closed():
+        return
+    if loop.is_running() and _running_loop() is not loop:
+        loop.call_soon_threadsafe(guard.cancel)
+    else:
+        guard.cancel()
+
+
+async def _cancelled(guard: asyncio.Task[None]) -> None:
+    """Cancel the guard and wait until it has closed its pool."""
+    guard.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await guard
 
 
 async def _close_with_loop(pool: AsyncConnectionPool[AsyncConn]) -> None:

@@ -275,7 +275,9 @@ class App(BulkActions, AsyncApp):
         return conn
 
     def close(self) -> None:
-        """Close the App's pool and the waiters' shared connection (opened again on use)."""
+        """Close the App's pools (sync and async, see close_async_pool) and the waiters'
+        shared connection; each opens again at next use."""
+        self.close_async_pool()
         waiters = self.__dict__.pop("_waiters", None)
         if waiters is not None:
             waiters.close()

@@ -39,6 +39,9 @@ DATABASES["other"] = {**DATABASES["default"], "NAME": os.environ["OTHER_DATABASE
 # The tests both runners run: the ORM writes of the tasks and pgqueue's runs must meet in
 # the one test database.
 CHECKS = """
+import asyncio
+import threading
+
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connections, transaction
@@ -94,6 +97,24 @@ def check_override_settings_moves_pgqueue_to_another_alias():
             cursor.execute("SELECT task FROM pgqueue.runs WHERE id = %s", [handle.id])
             assert cursor.fetchone() == ("myproj.tasks.confirm_order",)
     assert pgqueue_database() == connections["default"].settings_dict["NAME"]
+
+
+def check_async_enqueues_on_a_loop_in_another_thread():
+    # The loop outlives the test, as an ASGI server's or a background test loop does: its
+    # pool holds the test database open until pgqueue closes it before the DROP.
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    order = Order.objects.create(email="amy@example.com")
+    enqueued = asyncio.run_coroutine_threadsafe(confirm_order.enqueue_async(order.pk), loop)
+    assert enqueued.result(30).created
+    assert testing.drain(get_app())["succeeded"] == 1
+
+
+def check_async_enqueues_on_a_loop_kept_between_tests():
+    loop = asyncio.new_event_loop()  # not closed, not running: as pytest-asyncio keeps one
+    order = Order.objects.create(email="joe@example.com")
+    assert loop.run_until_complete(confirm_order.enqueue_async(order.pk)).created
+    assert testing.drain(get_app())["succeeded"] == 1
 """
 
 PYTEST_CONFTEST = """
@@ -113,6 +134,7 @@ PYTEST_TESTS = """
 import pytest
 
 from inner_checks import (
+    check_async_enqueues_on_a_loop_in_another_thread,
     check_eager_runs_django_tasks_inline_in_the_callers_transaction,
     check_override_settings_moves_pgqueue_to_another_alias,
     check_runs_meet_the_orm_in_the_test_database,
@@ -132,12 +154,18 @@ def test_runs_meet_the_orm_in_the_test_database():
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_override_settings_moves_pgqueue_to_another_alias():
     check_override_settings_moves_pgqueue_to_another_alias()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_enqueues_on_a_loop_in_another_thread():
+    check_async_enqueues_on_a_loop_in_another_thread()
 """
 
 DJANGO_TESTS = """
 from django.test import TransactionTestCase
 
 from inner_checks import (
+    check_async_enqueues_on_a_loop_kept_between_tests,
     check_override_settings_moves_pgqueue_to_another_alias,
     check_runs_meet_the_orm_in_the_test_database,
 )
@@ -151,6 +179,9 @@ class PgQueueTests(TransactionTestCase):
 
     def test_override_settings_moves_pgqueue_to_another_alias(self):
         check_override_settings_moves_pgqueue_to_another_alias()
+
+    def test_async_enqueues_on_a_loop_kept_between_tests(self):
+        check_async_enqueues_on_a_loop_kept_between_tests()
 """
 
 
@@ -219,7 +250,7 @@ def test_a_pytest_django_suite_uses_the_test_database_and_leaves_none_behind(
         names,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 passed" in done.stdout
+    assert "4 passed" in done.stdout
     assert "being accessed by other users" not in done.stdout + done.stderr
     assert_untouched_and_cleaned_up(databases, names)
 
@@ -239,7 +270,7 @@ def test_manage_py_test_uses_the_test_database_and_leaves_none_behind(
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "Ran 2 tests" in output and "OK" in output
+    assert "Ran 3 tests" in output and "OK" in output
     assert "being accessed by other users" not in output
     assert_untouched_and_cleaned_up(databases, names)
 
