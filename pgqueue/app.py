@@ -48,8 +48,9 @@ NOTIFY_ENV = "PGQUEUE_NOTIFY"
 
 # Returns the connection of the caller's open transaction, or None (see App.caller_connection).
 ConnectionProvider = Callable[[], "psycopg.Connection[Any] | None"]
-# Takes over an enqueue that cannot join the caller's open transaction (see App.insert_runs).
-EnqueueDeferrer = Callable[["App", Sequence[RunRow]], "list[RunHandle] | None"]
+# Takes over an enqueue that cannot join the caller's open transaction (see App.insert_runs):
+# (app, rows, trace headers or None) -> handles, inserted later by App.insert_now.
+EnqueueDeferrer = Callable[["App", Sequence[RunRow], "str | None"], "list[RunHandle] | None"]
 # Returns the DSN to use now (see App.dsn_source).
 DsnSource = Callable[[], str]
 # Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
@@ -302,18 +303,24 @@ class App(BulkActions, AsyncApp):
         if not rows:
             return []
         caller = self.caller_connection(conn)
-        if caller is None and self.enqueue_deferrer is not None:
-            deferred = self.enqueue_deferrer(self, rows)
-            if deferred is not None:
-                return deferred
+        deferrer = self.enqueue_deferrer if caller is None else None
         if self.tracing is not None:
+            # A deferred enqueue's span is the caller's enqueue (its runs' ids come later).
             with self.tracing.enqueue(rows) as traced:
-                return traced(self._insert(rows, caller, traced.headers))
-        return self._insert(rows, caller, None)
+                deferred = deferrer(self, rows, traced.headers) if deferrer else None
+                if deferred is not None:
+                    return deferred
+                return traced(self.insert_now(rows, caller, traced.headers))
+        deferred = deferrer(self, rows, None) if deferrer else None
+        if deferred is not None:
+            return deferred
+        return self.insert_now(rows, caller, None)
 
-    def _insert(
+    def insert_now(
         self, rows: Sequence[RunRow], caller: psycopg.Connection[Any] | None, headers: str | None
     ) -> list[RunHandle]:
+        """Insert on `caller` (or a pooled connection) now, with the given trace headers:
+        no deferral, no span (an enqueue deferred to a commit is written by this)."""
         op = _inserts.Insert(self, rows, headers)
         with self.connection(caller) as c:
             found = c.execute(op.query, op.params).fetchone()

@@ -319,6 +319,11 @@ def test_on_psycopg2_enqueue_in_atomic_waits_for_the_commit(dsn: str) -> None:
     )
     assert [d.split(".")[0] for d in seen["drivers"]] == ["psycopg2"]
     assert seen["result_value"] == "HELLO"
+    # Traced: the run inserted at the commit carries the enqueue span's trace context.
+    traced = seen["traced"]
+    assert traced["enqueue_parent"] is True
+    _version, trace_id, span_id, _flags = traced["headers"]["traceparent"].split("-")
+    assert (trace_id, span_id) == (traced["request"], traced["enqueue_span"])
 
 
 # -- Django's connections on workers ----------------------------------------------------

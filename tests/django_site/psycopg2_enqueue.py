@@ -107,7 +107,39 @@ def main() -> dict[str, Any]:
     seen["drivers"] = sorted({app.get_run(i).result for i in runs() if i != int(result.id)})
     result.refresh()
     seen["result_value"] = result.return_value
+    seen["traced"] = traced_enqueue()
     return seen
+
+
+def traced_enqueue() -> dict[str, Any]:
+    """With tracing on, the deferred enqueue's span is a child of the caller's, and the
+    run inserted at the commit carries that span's trace context."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from pgqueue.contrib.otel import instrument, uninstrument
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrument(app, tracer_provider=provider)
+    try:
+        tracer = provider.get_tracer("request")
+        with tracer.start_as_current_span("request") as request, transaction.atomic():
+            handle = note.enqueue("traced")
+    finally:
+        uninstrument(app)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    enqueue = spans["pgqueue.enqueue tests.django_site.tasks.note"]
+    return {
+        "request": format(request.get_span_context().trace_id, "032x"),
+        "enqueue_parent": enqueue.parent.span_id == request.get_span_context().span_id
+        if enqueue.parent
+        else None,
+        "enqueue_span": format(enqueue.context.span_id, "016x"),
+        "headers": scalar(DSN, "SELECT headers FROM pgqueue.runs WHERE id = %s", (handle.id,)),
+    }
 
 
 if __name__ == "__main__":

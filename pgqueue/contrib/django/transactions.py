@@ -105,7 +105,9 @@ class DjangoTransactions:
         raw = connection.connection
         return raw if isinstance(raw, psycopg.Connection) else None
 
-    def defer(self, app: App, rows: Sequence[RunRow]) -> list[RunHandle] | None:
+    def defer(
+        self, app: App, rows: Sequence[RunRow], headers: str | None = None
+    ) -> list[RunHandle] | None:
         alias = self.alias
         connection = connections[alias]
         if not connection.in_atomic_block:
@@ -113,14 +115,16 @@ class DjangoTransactions:
         connection.validate_no_broken_transaction()
         pending = [PendingRunHandle(app) for _ in rows]
         transaction.on_commit(
-            functools.partial(_insert_at_commit, app, list(rows), pending), using=alias
+            functools.partial(_insert_at_commit, app, list(rows), headers, pending), using=alias
         )
         return [*pending]
 
 
-def _insert_at_commit(app: App, rows: list[RunRow], handles: list[PendingRunHandle]) -> None:
-    with app.connection() as conn:  # conn=: insert now, whatever the hooks say
-        inserted = app.insert_runs(rows, conn=conn)
+def _insert_at_commit(
+    app: App, rows: list[RunRow], headers: str | None, handles: list[PendingRunHandle]
+) -> None:
+    # With the trace context of the enqueue's span, which ended when enqueue returned.
+    inserted = app.insert_now(rows, None, headers)
     for pending, handle in zip(handles, inserted, strict=True):
         pending._created(handle)
 
@@ -139,7 +143,12 @@ def enqueue_on_commit(
     row = bound.task.make_row(args, kwargs, bound.opts)
     app = bound.task.app
     handle = PendingRunHandle(app)
+    headers = None
+    if app.tracing is not None:
+        with app.tracing.enqueue([row]) as traced:  # the span of this call, not the commit's
+            headers = traced.headers
     transaction.on_commit(
-        functools.partial(_insert_at_commit, app, [row], [handle]), using=database_alias()
+        functools.partial(_insert_at_commit, app, [row], headers, [handle]),
+        using=database_alias(),
     )
     return handle
