@@ -1226,7 +1226,9 @@ def main(argv: list[str] | None = None) -> int:
 def _versions() -> str:
     from importlib.metadata import version
 
-    libs = ", ".join(f"{x} {version(x)}" for x in ("pgqueue", "procrastinate", "pgqueuer"))
+    # pgqueue's distribution is pgqueue-jobs (the name pgqueue is another project's)
+    dists = {"pgqueue": "pgqueue-jobs", "procrastinate": "procrastinate", "pgqueuer": "pgqueuer"}
+    libs = ", ".join(f"{name} {version(dist)}" for name, dist in dists.items())
     # the interpreter matters: on 3.12+ a pgqueue worker starts attempts eagerly
     return f"{libs}, Python {platform.python_version()}"
 
