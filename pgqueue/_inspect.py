@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgqueue import _sql
+from pgqueue._terminal import printable, seconds_text
 from pgqueue.runs import Run, check_run_id, found_run
 
 Conn = psycopg.Connection[Any]
@@ -33,3 +34,32 @@ def rows(conn: Conn, name: str, params: dict[str, Any] | None = None) -> list[di
     queue_summary, list_workers)."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(_sql.query(name), params).fetchall()
+
+
+def wait_text(step: dict[str, Any]) -> str | None:
+    """What a step of run_steps waited for, for people: "event order.paid key 42: received
+    after 3.2 s", "child run 913: waiting for 12 min", "sleep 30 s: done"; None if it never
+    waited. A finished event wait with a timeout that lasted that long gave up."""
+    waited = step.get("waited")
+    if not waited:
+        return None
+    spent = seconds_text(step.get("waited_seconds"))
+    if "event" in waited:
+        what = f"event {printable(str(waited['event']))}"
+        if waited.get("key"):
+            what += f" key {printable(str(waited['key']))}"
+        timeout = waited.get("timeout")
+        if step["state"] == "waiting":
+            limit = "" if timeout is None else f" (timeout {seconds_text(timeout)})"
+            return f"{what}: waiting for {spent}{limit}"
+        gave_up = timeout is not None and (step.get("waited_seconds") or 0) >= timeout
+        return f"{what}: {'timed out' if gave_up else 'received'} after {spent}"
+    if "run_id" in waited:
+        what = f"child run {waited['run_id']}"
+    elif "until" in waited:
+        what = f"sleep until {waited['until']}"
+    else:
+        what = f"sleep {seconds_text(waited.get('seconds'))}"
+    if step["state"] == "waiting":
+        return f"{what}: waiting for {spent}"
+    return f"{what}: {step['state']} after {spent}"

@@ -120,6 +120,8 @@ class Durable:
             "error": error,
             "attempt": self.attempt,
             "started_at": started_at,
+            # a wait's spec stays in steps.waited once the output holds what it returned
+            "waited": output if state == "waiting" else None,
         }
         with self.app.connection() as conn:
             row = conn.execute(_sql.query("record_step"), params).fetchone()

@@ -1,6 +1,7 @@
 -- Record a step, fenced by the lease: the run row is share-locked while the lease is
 -- valid, so a rescue cannot slip in between the check and the write. A succeeded step
--- is never overwritten. Returns nothing if the lease is gone.
+-- is never overwritten; what a step waited for (waited) is kept once set. Returns nothing
+-- if the lease is gone.
 WITH lease AS (
     SELECT id
     FROM pgqueue.runs
@@ -9,13 +10,13 @@ WITH lease AS (
     FOR SHARE
 )
 INSERT INTO pgqueue.steps AS s (run_id, name, state, output, error, attempt, started_at,
-                                finished_at)
+                                finished_at, waited)
 SELECT id, %(name)s, %(state)s, %(output)s::jsonb, %(error)s, %(attempt)s, %(started_at)s,
-       CASE WHEN %(state)s = 'waiting' THEN NULL ELSE now() END
+       CASE WHEN %(state)s = 'waiting' THEN NULL ELSE now() END, %(waited)s::jsonb
 FROM lease
 ON CONFLICT (run_id, name) DO UPDATE
    SET state = EXCLUDED.state, output = EXCLUDED.output, error = EXCLUDED.error,
        attempt = EXCLUDED.attempt, started_at = EXCLUDED.started_at,
-       finished_at = EXCLUDED.finished_at
+       finished_at = EXCLUDED.finished_at, waited = coalesce(EXCLUDED.waited, s.waited)
  WHERE s.state <> 'succeeded'
 RETURNING s.name, s.created_at, now() AS db_now

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 pytest.importorskip("starlette")
 pytest.importorskip("httpx2")
@@ -561,3 +562,30 @@ def test_behind_a_proxy_with_a_path_prefix(dsn: str, conn: psycopg.Connection[An
             r = c.get(path)
             assert r.status_code == 200, path
             assert f'href="/pgq/runs/{run_id}"' in r.text
+
+
+def test_the_run_page_says_what_each_finished_wait_was_for(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    flow = enqueue(conn, "flow", state="succeeded", finished_at="now")
+    child = enqueue(conn, "charge", state="succeeded", finished_at="now", parent_id=flow)
+    steps = [
+        ("paid", {"event": "order.paid", "key": "42", "timeout": None}, "0 s", "3 s"),
+        ("late", {"event": "refund", "key": None, "timeout": 60}, "0 s", "75 s"),
+        ("charge", {"run_id": child}, "0 s", "2 s"),
+        ("cooldown", {"seconds": 30}, "0 s", "30 s"),
+    ]
+    for name, waited, start, end in steps:
+        conn.execute(
+            "INSERT INTO pgqueue.steps (run_id, name, state, attempt, output, waited, created_at,"
+            " finished_at) VALUES (%s, %s, 'succeeded', 1, 'null', %s,"
+            " now() - interval '100 s' + %s::interval, now() - interval '100 s' + %s::interval)",
+            (flow, name, Jsonb(waited), start, end),
+        )
+    page = web.get(f"/runs/{flow}").text
+    assert "event order.paid key 42: received after 3.0 s" in page
+    assert "event refund: timed out after 75.0 s" in page
+    assert re.search(rf'<a href="/runs/{child}">child run {child}: succeeded after 2.0 s</a>', page)
+    assert "sleep 30.0 s: succeeded after 30.0 s" in page
+    detail = web.get(f"/api/runs/{flow}").json()
+    assert {s["name"]: s["waited"] for s in detail["steps"]} == {n: w for n, w, _, _ in steps}

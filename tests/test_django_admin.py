@@ -5,6 +5,7 @@ a run's page shows."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any
 
 import pytest
@@ -112,6 +113,7 @@ def test_a_run_page_shows_attempt_errors_tracebacks_steps_parent_and_children(
         @app.workflow(name=FLOW, max_attempts=1)
         def flow(ctx: pgqueue.Context) -> None:
             ctx.step("prepare <b>", lambda: 41)
+            ctx.sleep("nap", 0)
             ctx.spawn("child", confirm_order, 7)
             raise ValueError("boom <script>")
 
@@ -125,6 +127,7 @@ def test_a_run_page_shows_attempt_errors_tracebacks_steps_parent_and_children(
     assert "ValueError: boom &lt;script&gt;" in page  # escaped
     assert "Traceback (most recent call last)" in page
     assert "prepare &lt;b&gt;" in page and "succeeded" in page  # the step
+    assert re.search(r"<td>sleep 0 ms: succeeded after \d+ ms</td>", page)  # what it waited for
     assert f'href="/admin/pgqueue/run/{child.id}/change/"' in page
     child_page = client.get(f"/admin/pgqueue/run/{child.id}/change/").content.decode()
     assert f'href="/admin/pgqueue/run/{parent.id}/change/"' in child_page

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from typing import Any
 
@@ -9,6 +10,7 @@ import psycopg
 import pytest
 
 import pgqueue
+from pgqueue._inspect import wait_text
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flows import app as flows_app
 from tests.helpers import WorkerProcess, scalar, wait_until
@@ -117,6 +119,12 @@ def test_wait_times_out_with_none_and_two_waiters_both_wake(dsn: str, flows: pgq
         flows.emit_event("order.paid", key="shared", payload="yes")
         assert a.wait(timeout=10) == "yes" and b.wait(timeout=10) == "yes"
     assert flows.get_run(lonely.id).attempt == 1
+    # What each finished wait was for stays with its step, beside what it returned.
+    [gave_up], [received] = flows.run_steps(lonely.id), flows.run_steps(a.id)
+    assert gave_up["waited"] == {"event": "order.paid", "key": "nobody", "timeout": 1.0}
+    assert received["waited"] == {"event": "order.paid", "key": "shared", "timeout": None}
+    assert re.fullmatch(r"event order.paid key nobody: timed out after \S+ s", wait_text(gave_up))
+    assert re.fullmatch(r"event order.paid key shared: received after \S+ m?s", wait_text(received))
 
 
 def test_call_and_spawn_children_are_idempotent(dsn: str, flows: pgqueue.App) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from pgqueue._terminal import printable
+from pgqueue._inspect import wait_text
+from pgqueue._terminal import printable, seconds_text
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import cell, db_options, echo_json, fail, json_option, open_app, table
 from pgqueue.states import STATES
@@ -71,6 +72,14 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         )
         if e["traceback"]:
             click.echo(printable(e["traceback"].rstrip(), lines=True))
+    for step in app.run_steps(run_id):
+        waited = wait_text(step)
+        click.echo(
+            f"\nstep {printable(step['name'])} [{step['state']}] attempt {step['attempt']}"
+            + (f", {seconds_text(step['seconds'])}" if step["seconds"] is not None else "")
+            + (f": {waited}" if waited else "")
+            + (f": {printable(step['error'])}" if step["error"] else "")
+        )
 
 
 @runs.command("cancel")

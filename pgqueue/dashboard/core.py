@@ -32,6 +32,7 @@ import jinja2
 import psycopg
 
 from pgqueue import db
+from pgqueue._inspect import wait_text
 from pgqueue.app import App
 from pgqueue.dashboard import data
 from pgqueue.dashboard.formats import ago, clock, duration, json_default, number, pretty, quote
@@ -122,7 +123,13 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters.update(
-            ago=ago, clock=clock, duration=duration, pretty=pretty, number=number, urlencode=quote
+            ago=ago,
+            clock=clock,
+            duration=duration,
+            pretty=pretty,
+            number=number,
+            urlencode=quote,
+            waited=wait_text,
         )
 
     def close(self) -> None:

@@ -237,3 +237,24 @@ def test_other_commands_refuse_bad_values_in_one_line(
     capsys: Any, dsn: str, args: list[str], fragment: str
 ) -> None:
     assert_user_error(cli(capsys, *args, "--dsn", dsn), fragment)
+
+
+def test_runs_show_lists_the_steps_and_what_they_waited_for(
+    capsys: Any, dsn: str, app: pgqueue.App
+) -> None:
+    run_id = app.enqueue_by_name("noop", [1]).id
+    with app.connection() as conn:
+        conn.execute(
+            "INSERT INTO pgqueue.steps (run_id, name, state, attempt, output, waited, created_at,"
+            " started_at, finished_at) VALUES"
+            " (%(id)s, 'load', 'succeeded', 1, '2', NULL, now() - interval '9 s',"
+            "  now() - interval '9 s', now() - interval '8 s'),"
+            ' (%(id)s, \'paid\', \'waiting\', 2, NULL, \'{"event": "order.paid", "key": "42",'
+            "  \"timeout\": 3600}', now() - interval '5 s', NULL, NULL)",
+            {"id": run_id},
+        )
+    code, out, _ = cli(capsys, "runs", "show", str(run_id), "--dsn", dsn)
+    assert code == 0
+    assert "step load [succeeded] attempt 1, 1.0 s" in out
+    assert "step paid [waiting] attempt 2: event order.paid key 42: waiting for 5." in out
+    assert "(timeout 60 min)" in out

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from pgqueue._inspect import wait_text
 from pgqueue.contrib.django import conf
 from pgqueue.contrib.django.models import Run
 
@@ -121,19 +122,23 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return "-"
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
                     s["name"],
                     s["state"],
                     s["attempt"],
                     "" if s["seconds"] is None else f"{s['seconds']:.3f} s",
+                    wait_text(s) or "",
                     s["error"] or "",
                 )
                 for s in steps
             ),
         )
-        head = "<tr><th>name</th><th>state</th><th>attempt</th><th>took</th><th>error</th></tr>"
+        head = "".join(
+            f"<th>{h}</th>" for h in ("name", "state", "attempt", "took", "waited for", "error")
+        )
+        head = f"<tr>{head}</tr>"
         return format_html("<table>{}{}</table>", SafeString(head), rows)
 
     def has_act_permission(self, request: HttpRequest) -> bool:
