@@ -40,7 +40,7 @@ BARE = (
 SIDES = ("bare sync", "pgqueue sync", "bare async", "pgqueue async", "pgqueuer async")
 
 
-def _rate(n: int, fn: Callable[[int], None]) -> float:
+def _rate(n: int, fn: Callable[[int], object]) -> float:
     for i in range(20):
         fn(i)
     t0 = time.perf_counter()
@@ -88,11 +88,12 @@ def one_repeat(server: str, n: int, order: list[str], out: dict[str, list[float]
                     rate = _arate(loop, n, pgq_noop.enqueue_async)
                 else:
                     assert peer is not None
-                    queries = peer.queries  # on the loop that opened its connection
-                    assert peer.loop is not None
-                    rate = _arate(
-                        peer.loop, n, lambda i: queries.enqueue("cmp.noop", str(i).encode())
-                    )
+                    assert peer.loop is not None  # the loop that opened its connection
+
+                    def enqueue(i: int, queries: Any = peer.queries) -> Awaitable[Any]:
+                        return queries.enqueue("cmp.noop", str(i).encode())  # type: ignore[no-any-return]
+
+                    rate = _arate(peer.loop, n, enqueue)
                 out[side].append(rate)
                 print(f"  {side}: {rate:,.0f} jobs/s", flush=True)
             loop.run_until_complete(aconn.close())
