@@ -1,6 +1,7 @@
 """Faults on the wire: which errors mean "this connection is gone" (retry at once on a
 fresh one), which mean "the protocol went wrong" (a pooler that does not fit the
-connection's use), and how to tell, without a round trip, that an idle connection died.
+connection's use), which mean "this server takes no writes" (a standby: wait for a
+primary), and how to tell, without a round trip, that an idle connection died.
 
 A connection the server terminated while it sat idle in a pool (pg_terminate_backend, a
 restart, a pooler that recycled its server connection) has the server's goodbye waiting
@@ -18,7 +19,9 @@ import sys
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg import pq
+from psycopg_pool import PoolTimeout
 
 from pgqueue import db
 
@@ -33,6 +36,22 @@ _POOLER_STATES = {
     "42P05",  # duplicate_prepared_statement: prepared statement "_pg3_0" already exists
     PROTOCOL_VIOLATION,
 }
+# A server in recovery (a standby) refuses every write and LISTEN with
+# read_only_sql_transaction ("cannot execute LISTEN during recovery"). libpq, asked for a
+# primary (target_session_attrs=read-write or primary), says so in its own words when
+# every host it reached is a standby: during a failover, before the promotion.
+READ_ONLY = "25006"
+_NO_PRIMARY = ("session is read-only", "server is in hot standby mode")
+
+
+# Errors that mean "the database cannot answer right now" (gone, unreachable, a pool
+# without a connection, a standby that takes no writes): wait and try again, never crash.
+UNAVAILABLE = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    PoolTimeout,
+    psycopg.errors.ReadOnlySqlTransaction,
+)
 
 
 def lost(exc: BaseException) -> bool:
@@ -60,8 +79,30 @@ def pooler_error(exc: BaseException) -> bool:
     return "protocol" in text or ("prepared statement" in text and "_pg3_" in text)
 
 
+def standby(exc: BaseException) -> bool:
+    """Whether `exc` says the server reached takes no writes: a standby (or a session
+    made read-only), or no primary among a multi-host DSN's hosts."""
+    if getattr(exc, "sqlstate", None) == READ_ONLY:
+        return True
+    text = str(exc)
+    return isinstance(exc, psycopg.OperationalError) and any(m in text for m in _NO_PRIMARY)
+
+
+def on_standby(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether `conn` was opened on a standby, as the server last reported (PostgreSQL 14+
+    reports in_hot_standby at startup, and again at the first statement after a
+    promotion); no round trip."""
+    return conn.info.parameter_status("in_hot_standby") == "on"
+
+
 def describe(exc: BaseException) -> str:
     """What went wrong, in a few words, for the log line of a retry."""
+    if standby(exc):
+        return (
+            f"no primary ({db.first_line(exc)}): a standby takes no writes; waiting for a "
+            "primary (a failover in progress? a DSN naming a standby should list every "
+            "host, with target_session_attrs=read-write)"
+        )
     if pooler_error(exc):
         return (
             f"protocol error ({db.first_line(exc)}): a connection pooler in transaction "

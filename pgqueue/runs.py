@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import _sql, _waiters
+from pgqueue import _faults, _sql, _waiters
 from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
 from pgqueue.states import TERMINAL_STATES, RunState
 
@@ -100,24 +100,31 @@ class RunHandle:
     def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
         TimeoutError. Woken by the process's shared listener (pgqueue._waiters: one
-        connection for every waiter), which polls every poll_interval as a backstop."""
+        connection for every waiter), which polls every poll_interval as a backstop. A
+        database that cannot answer for a while (a lost connection, a failover, a
+        standby) makes it look again every poll_interval until its timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         event, wake = _waiters.thread_waker()
         waiters = _waiters.shared(self.app)
         waiter = _waiters.Waiter(self.id, poll_interval, wake)
         waiters.add(waiter)
+        watched = not self.app.listens  # nothing to ask for: no NOTIFY would come
         try:
             waiters.connected.wait(_waiters.CONNECT_WAIT)
-            if self.app.listens:
-                with self.app.connection() as conn:
-                    conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
                 event.clear()
-                run = self.app.get_run(self.id)
-                if (result := outcome(run)) is not PENDING:
-                    return result
-                left = _left(deadline, timeout, run, self.id)
-                event.wait(left if waiters.connected.is_set() else min(left, poll_interval))
+                state = "unknown: the database did not answer"
+                watched = watched or self._watch()
+                try:
+                    run = self.app.get_run(self.id)
+                    if (result := outcome(run)) is not PENDING:
+                        return result
+                    state = run.state
+                except _faults.UNAVAILABLE:
+                    pass  # looked at again after poll_interval
+                left = _left(deadline, timeout, state, self.id)
+                listened = watched and waiters.connected.is_set()
+                event.wait(left if listened else min(left, poll_interval))
         finally:
             waiters.remove(waiter)
 
@@ -128,33 +135,55 @@ class RunHandle:
         waiters = _waiters.shared(self.app)
         waiter = _waiters.Waiter(self.id, poll_interval, wake)
         waiters.add(waiter)
+        watched = not self.app.listens
         try:
             if not waiters.connected.is_set():
                 await asyncio.to_thread(waiters.connected.wait, _waiters.CONNECT_WAIT)
-            if self.app.listens:
-                async with self.app.async_connection() as conn:
-                    await conn.execute(_sql.query("watch_run"), {"id": self.id})
             while True:
                 event.clear()
-                run = await self.app.get_run_async(self.id)
-                if (result := outcome(run)) is not PENDING:
-                    return result
-                left = _left(deadline, timeout, run, self.id)
-                if not waiters.connected.is_set():
+                state = "unknown: the database did not answer"
+                watched = watched or await self._watch_async()
+                try:
+                    run = await self.app.get_run_async(self.id)
+                    if (result := outcome(run)) is not PENDING:
+                        return result
+                    state = run.state
+                except _faults.UNAVAILABLE:
+                    pass
+                left = _left(deadline, timeout, state, self.id)
+                if not (watched and waiters.connected.is_set()):
                     left = min(left, poll_interval)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), left)
         finally:
             waiters.remove(waiter)
 
+    def _watch(self) -> bool:
+        """Ask for a NOTIFY when the run ends (sql/watch_run.sql); False if the database
+        could not take it now (a standby, or no connection): the waiter polls meanwhile."""
+        try:
+            with self.app.connection() as conn:
+                conn.execute(_sql.query("watch_run"), {"id": self.id})
+        except _faults.UNAVAILABLE:
+            return False
+        return True
 
-def _left(deadline: float | None, timeout: float | None, run: Run, run_id: int) -> float:
+    async def _watch_async(self) -> bool:
+        try:
+            async with self.app.async_connection() as conn:
+                await conn.execute(_sql.query("watch_run"), {"id": self.id})
+        except _faults.UNAVAILABLE:
+            return False
+        return True
+
+
+def _left(deadline: float | None, timeout: float | None, state: str, run_id: int) -> float:
     """Seconds a waiter may still wait, or the TimeoutError of one that waited enough."""
     if deadline is None:
         return _FOREVER
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TimeoutError(f"run {run_id} still {run.state} after {timeout}s")
+        raise TimeoutError(f"run {run_id} still {state} after {timeout}s")
     return left
 
 

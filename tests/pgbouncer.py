@@ -1,14 +1,18 @@
 """A real PgBouncer in front of the test database, for tests/test_poolers.py.
 
-PgBouncer refuses to run as root, so as root (CI) it runs as `nobody`; its config, auth
-file and log live in a temporary directory of its own. Without the binary the tests skip,
-except in CI (CI=true), where .ci/run installs it and a missing one is a failure.
+PgBouncer refuses to run as root, so as root (CI) it runs as another user: `nobody` in
+front of a TCP server, and the owner of the socket directory in front of a server that
+listens only on a Unix socket (the embedded test server's directory is private to the
+user its postmaster runs as). Its config, auth file and log live in a temporary
+directory of its own. Without the binary the tests skip, except in CI (CI=true), where
+.ci/run installs it and a missing one is a failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -32,6 +36,16 @@ def binary() -> str:
             pytest.fail("CI needs pgbouncer: apt-get install pgbouncer (see .ci/run)")
         pytest.skip("no pgbouncer (apt-get install pgbouncer)")
     return found
+
+
+def run_as(host: str) -> str:
+    """The user a root test session runs PgBouncer as: one that can reach `host`. A Unix
+    socket directory (a host starting with "/") may be private to its owner, so its owner;
+    a TCP server (or a directory root owns), nobody."""
+    if not host.startswith("/"):
+        return "nobody"
+    owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
+    return "nobody" if owner == "root" else owner
 
 
 def free_port() -> int:
@@ -66,10 +80,7 @@ def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
     the DSN clients use to reach the database through it."""
     exe = binary()
     target = conninfo_to_dict(dsn)
-    if str(target.get("host") or "").startswith("/"):
-        # The embedded test server listens only on a private Unix socket, which PgBouncer
-        # running as nobody cannot reach; CI's PGQUEUE_TEST_DSN pass (TCP) runs these tests.
-        pytest.skip("PgBouncer needs a TCP server: run with PGQUEUE_TEST_DSN")
+    host = str(target.get("host") or "127.0.0.1")
     workdir = Path(tempfile.mkdtemp(prefix="pgq-bouncer-"))
     listen = free_port()
     alias = "pooled"
@@ -79,7 +90,7 @@ def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
     config.write_text(
         CONFIG.format(
             alias=alias,
-            host=target.get("host") or "127.0.0.1",
+            host=host,
             port=target.get("port") or 5432,
             dbname=target["dbname"],
             user=user,
@@ -91,10 +102,11 @@ def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
     )
     command = [exe, str(config)]
     if os.geteuid() == 0:  # PgBouncer will not run as root
-        shutil.chown(workdir, "nobody")
+        user_of = run_as(host)
+        shutil.chown(workdir, user_of)
         for f in workdir.iterdir():
-            shutil.chown(f, "nobody")
-        command = ["runuser", "-u", "nobody", "--", *command]
+            shutil.chown(f, user_of)
+        command = ["runuser", "-u", user_of, "--", *command]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     through = make_conninfo("", host="127.0.0.1", port=listen, dbname=alias, user=user)
     try:

@@ -6,15 +6,16 @@ import asyncio
 import logging
 from typing import Any, TypeAlias
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from pgqueue import _faults
 
 log = logging.getLogger("pgqueue.worker")
 
-# Errors that mean "the database is unreachable right now": retry, never crash.
-DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+# Errors that mean "the database is unreachable right now": retry, never crash. A standby
+# (read_only_sql_transaction) is one: during a failover it is promoted, or the DSN's
+# other host becomes reachable (pgqueue._faults.standby).
+DB_ERRORS = _faults.UNAVAILABLE
 
 # The worker's connection pool, which every duty on the event loop shares.
 Pool: TypeAlias = AsyncConnectionPool[Any]

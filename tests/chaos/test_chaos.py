@@ -3,7 +3,8 @@ fault per scenario. Each scenario checks the invariants of DESIGN.md section 3 a
 reports one table row (pytest -s prints it; the session summary prints the table).
 
 Short by default (a few seconds of fault per scenario, for CI); PGQUEUE_CHAOS=full runs
-each fault for about a minute:
+each fault for about a minute (scenario 8, the failover, is one kill and one promotion
+either way: its standby is promoted 2 s, in full mode 5 s, after the kill):
 
     PGQUEUE_CHAOS=full python -m pytest tests/chaos -s
 """
@@ -27,6 +28,7 @@ from tests.chaos.harness import (
     terminate_worker_backends,
 )
 from tests.helpers import wait_until
+from tests.replication import Replicated, replicated
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800 if FULL else 300)]
 
@@ -266,3 +268,59 @@ def test_producers_outpace_workers(dsn: str) -> None:
             )
         )
         c.finish()
+
+
+def settled_outcomes(cluster: Replicated, dbname: str) -> dict[int, tuple[str, int]]:
+    """The finished runs on the primary, (state, attempt) by id, once the standby has
+    flushed everything committed when they were read: outcomes the standby must keep."""
+    with psycopg.connect(cluster.primary.dsn(dbname), autocommit=True) as c:
+        rows = c.execute(
+            "SELECT id, state, attempt FROM pgqueue.runs"
+            " WHERE state IN ('succeeded', 'failed', 'canceled')"
+        ).fetchall()
+        lsn = c.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+
+        def flushed() -> bool:
+            row = c.execute(
+                "SELECT flush_lsn >= %s::pg_lsn FROM pg_stat_replication WHERE state = 'streaming'",
+                (lsn,),
+            ).fetchone()
+            return bool(row and row[0])
+
+        wait_until(flushed, timeout=20, message="the standby to flush")
+    return {i: (state, attempt) for i, state, attempt in rows}
+
+
+def test_primary_killed_standby_promoted() -> None:
+    """Workers and the producer on a multi-host DSN (primary, then its synchronous
+    standby; target_session_attrs=read-write). The primary's processes are SIGKILLed
+    under load and the standby promoted `gap` seconds later: every acknowledged enqueue
+    and every outcome stored before the kill is on the new primary, the workers move
+    over by themselves (none restarted), and the listeners, which meanwhile find only a
+    standby, back off."""
+    gap = 5.0 if FULL else 2.0
+    name = "chaos_failover"
+    with replicated(synchronous=True) as cluster:
+        dsn = cluster.database(name)
+        fault = f"SIGKILL the primary, promote the synchronous standby {gap:g} s later"
+        with Chaos("8. failover", fault, dsn, log_patterns=("no primary",)) as c:
+            c.baseline()
+            settled = settled_outcomes(cluster, name)
+            with c.fault():
+                cluster.kill_primary()
+                c.pace(gap)  # failure detection, as a failover manager would take
+                cluster.promote()
+            c.recover()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                assert conn.info.port == cluster.standby.port
+                rows = conn.execute(
+                    "SELECT id, state, attempt FROM pgqueue.runs WHERE id = ANY(%s)",
+                    (list(settled),),
+                ).fetchall()
+            kept = {i: (state, attempt) for i, state, attempt in rows}
+            c.note(
+                f"{len(settled)} outcomes stored before the kill, {len(kept)} found after "
+                f"the promotion, {sum(kept.get(i) == v for i, v in settled.items())} unchanged"
+            )
+            c.finish()
+        assert kept == settled

@@ -115,6 +115,33 @@ def test_user_errors(capsys: Any, dsn: str, monkeypatch: pytest.MonkeyPatch) -> 
     assert_user_error(cli(capsys, "runs", "list", "--dsn", dsn, "--state", "happy"), "happy")
 
 
+def test_a_bad_pooler_is_one_line(capsys: Any, dsn: str) -> None:
+    """--pooler and PGQUEUE_POOLER take none, session or transaction; anything else is
+    refused before the worker starts, naming the value and the accepted ones."""
+    worker = ["worker", "--dsn", dsn, "--app", "tests.apps.basic:app", "--burst"]
+    assert_user_error(
+        cli(capsys, *worker, "--pooler", "pgbouncer"),
+        "--pooler",
+        "'pgbouncer' is not one of 'none', 'session', 'transaction'",
+    )
+    code, _, err = cli(capsys, *worker, "--pooler", "TRANSACTION")
+    assert code == 0, err
+
+    # The App reads PGQUEUE_POOLER when the app module is imported: a process of its own.
+    def run(pooler: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PGQUEUE_POOLER": pooler, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-m", "pgqueue", *worker]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    refused = run("statement")
+    assert_user_error(
+        (refused.returncode, refused.stdout, refused.stderr),
+        "PGQUEUE_POOLER must be one of none, session, transaction, not 'statement'",
+    )
+    accepted = run("session")
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_migrate_sql_prints_ddl(capsys: Any) -> None:
     code, out, _ = cli(capsys, "migrate", "--sql")
     assert code == 0
