@@ -11,6 +11,7 @@ from pgqueue.errors import InvalidArguments, OutOfRange
 
 PERIODS = {"s": 1, "m": 60, "h": 3600}
 UNITS = {seconds: unit for unit, seconds in PERIODS.items()}
+PERIOD_WORDS = {1: "second", 60: "minute", 3600: "hour"}
 RATE_MAX = 2**31 - 1  # pgqueue.queues.rate_limit is an integer
 _FORM = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
 
