@@ -66,6 +66,8 @@ DECLARE
     opens    timestamptz;          -- when a start held back by a rate limit is allowed
     left_    bigint;
     q_period interval;             -- the queue's rate period, the groups'
+    new_slots  timestamptz[];      -- the queue's rate log after this claim
+    new_counts integer[];
     g_period interval;
 BEGIN
     SELECT * INTO q FROM pgqueue.queues WHERE name = p_queue FOR UPDATE;
@@ -284,24 +286,6 @@ BEGIN
         hid := 0;
     END LOOP;
 
-    -- The next hint. Within one (priority, group) a claim takes runs in id order from
-    -- where its scan started (the group's front, or the hint), so every run up to the
-    -- largest id it took there has left `queued`. With one group (a queue with a
-    -- `concurrency` only), that is the queue's every claim.
-    IF next_grp IS NOT NULL THEN
-        UPDATE pgqueue.queues
-           SET rr_cursor = last, hint_priority = next_lvl, hint_group = next_grp,
-               hint_id = next_id,
-               -- read after the hint, it keeps the hint's time; read from the group's
-               -- front, it starts a new life
-               hint_since = CASE WHEN hid > 0 AND next_lvl = q.hint_priority
-                                      AND next_grp = q.hint_group
-                                 THEN q.hint_since ELSE clock_timestamp() END
-         WHERE name = p_queue;
-    ELSIF last IS DISTINCT FROM q.rr_cursor THEN
-        UPDATE pgqueue.queues SET rr_cursor = last WHERE name = p_queue;
-    END IF;
-
     -- The rate logs take this claim's starts; rate_open_at says when the queue's next
     -- start is allowed if a rate limit is what stops it now.
     IF q.group_rate_limit IS NOT NULL AND cardinality(picked) > 0 THEN
@@ -309,8 +293,8 @@ BEGIN
         SELECT p_queue, a.group_key, l.slots, l.counts
           FROM (SELECT r.group_key, count(*)::integer AS n FROM pgqueue.runs r
                  WHERE r.id = ANY (picked) GROUP BY r.group_key) a
-         CROSS JOIN LATERAL pgqueue.rate_log_add('{}'::timestamptz[], '{}'::integer[], a.n, stamp,
-                                                 q.group_rate_period) l
+         CROSS JOIN LATERAL pgqueue.rate_log_add('{}'::timestamptz[], '{}'::integer[], a.n,
+                                                 stamp, q.group_rate_period) l
         ON CONFLICT (queue, group_key) DO UPDATE
            SET (rate_slots, rate_counts) = (
                SELECT l.slots, l.counts
@@ -324,23 +308,44 @@ BEGIN
                AND g.rate_slots[cardinality(g.rate_slots)] < stamp - g_period;
         END IF;
     END IF;
+    new_slots := q.rate_slots;
+    new_counts := q.rate_counts;
     IF q.rate_limit IS NOT NULL THEN
         IF cardinality(picked) > 0 THEN
-            SELECT l.slots, l.counts INTO q.rate_slots, q.rate_counts
+            SELECT l.slots, l.counts INTO new_slots, new_counts
               FROM pgqueue.rate_log_add(q.rate_slots, q.rate_counts, cardinality(picked),
                                         stamp, q.rate_period) l;
         END IF;
-        IF pgqueue.rate_used(q.rate_slots, q.rate_counts, stamp - q_period) >= q.rate_limit THEN
-            opens := least(opens, (SELECT min(u.s) FROM unnest(q.rate_slots) AS u(s)
+        IF pgqueue.rate_used(new_slots, new_counts, stamp - q_period) >= q.rate_limit THEN
+            -- the log's oldest slot in the period leaves it first
+            opens := least(opens, (SELECT min(u.s) FROM unnest(new_slots) AS u(s)
                                     WHERE u.s >= stamp - q_period) + q_period);
         END IF;
     END IF;
-    IF q.rate_limit IS NOT NULL OR q.group_rate_limit IS NOT NULL THEN
+
+    -- The next hint. Within one (priority, group) a claim takes runs in id order from
+    -- where its scan started (the group's front, or the hint), so every run up to the
+    -- largest id it took there has left `queued`. With one group (a queue with a
+    -- `concurrency` only), that is the queue's every claim. One write of the queue's
+    -- row, with its rate log.
+    IF next_grp IS NOT NULL THEN
         UPDATE pgqueue.queues
-           SET rate_slots = q.rate_slots, rate_counts = q.rate_counts, rate_open_at = opens
-         WHERE name = p_queue
-           AND (rate_slots, rate_counts, rate_open_at)
-               IS DISTINCT FROM (q.rate_slots, q.rate_counts, opens);
+           SET rr_cursor = last, hint_priority = next_lvl, hint_group = next_grp,
+               hint_id = next_id,
+               -- read after the hint, it keeps the hint's time; read from the group's
+               -- front, it starts a new life
+               hint_since = CASE WHEN hid > 0 AND next_lvl = q.hint_priority
+                                      AND next_grp = q.hint_group
+                                 THEN q.hint_since ELSE clock_timestamp() END,
+               rate_slots = new_slots, rate_counts = new_counts, rate_open_at = opens
+         WHERE name = p_queue;
+    ELSIF last IS DISTINCT FROM q.rr_cursor
+          OR (new_slots, new_counts, opens)
+             IS DISTINCT FROM (q.rate_slots, q.rate_counts, q.rate_open_at) THEN
+        UPDATE pgqueue.queues
+           SET rr_cursor = last,
+               rate_slots = new_slots, rate_counts = new_counts, rate_open_at = opens
+         WHERE name = p_queue;
     END IF;
 
     RETURN QUERY

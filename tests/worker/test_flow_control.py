@@ -4,6 +4,7 @@ processes: the limits hold across them, in SQL, at claim time."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -13,10 +14,12 @@ import psycopg
 import pytest
 
 import pgqueue
+from pgqueue import _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flow import app as flow_app
 from tests.apps.flow import slow_tick, step, tick
 from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.worker.test_semaphores import explain_nested, seq_scans
 
 APP = "tests.apps.flow:app"
 
@@ -214,3 +217,40 @@ def test_ordered_groups_run_in_order_without_overlap_under_a_sigkill(
             assert after[2] >= (before[3] or killed_at), (group, before, after)
             assert after[0] >= before[0], (group, before, after)  # never a later step first
         assert any(a[4] == "fail" and a[0] == 3 for a in tries), group
+
+
+def test_ordered_and_group_rate_claims_read_their_indexes(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """An ordered queue with a group rate limit, among 100,000 finished runs of it and
+    2,000 groups: the claim's probes (a group's first unfinished run, its rate log) read
+    runs_group_order_idx and the primary key of pgqueue.group_rates, never a scan of
+    pgqueue.runs."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, group_concurrency, ordered, group_rate_limit,
+                                    group_rate_period)
+        VALUES ('q', 1, true, 1000, 60);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, group_key, finished_at)
+        SELECT 't', 'q', 'succeeded', true, 'g' || (i % 2000), now()
+        FROM generate_series(1, 100000) i;
+        INSERT INTO pgqueue.runs (task, queue, state, limited, group_key)
+        SELECT 't', 'q', 'queued', true, 'g' || (i % 2000) FROM generate_series(1, 4000) i;
+        INSERT INTO pgqueue.group_rates (queue, group_key, rate_slots, rate_counts)
+        SELECT 'q', 'g' || i, ARRAY[now()], ARRAY[1] FROM generate_series(1, 2000) i;
+        ANALYZE pgqueue.runs; ANALYZE pgqueue.group_rates;
+    """)
+    params = {
+        "queue": "q",
+        "limit": 50,
+        "worker_id": "00000000-0000-0000-0000-000000000001",
+        "lease_seconds": 30,
+        "finishing": [],
+    }
+    for _ in range(6):  # past plpgsql's fifth call: its generic plans are the ones measured
+        with conn.transaction(force_rollback=True):
+            got = conn.execute(_sql.query("claim_limited"), params).fetchall()
+            assert len(got) == 50
+    plans = explain_nested(conn, _sql.query("claim_limited"), params)
+    assert not [n for n in seq_scans(plans) if n == "runs"], "the claim scanned pgqueue.runs"
+    text = json.dumps(plans)
+    assert "runs_group_order_idx" in text and "group_rates_pkey" in text
