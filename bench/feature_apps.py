@@ -19,16 +19,19 @@ FREE_QUEUE = "feat_free"  # no limits: the lock-free claim.sql
 LIMITED_QUEUE = "feat_limited"  # concurrency 50: claim_limited
 HIGH_LIMIT_QUEUE = "feat_limited_hi"  # concurrency 1000: never binds for 50-100 slots
 GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: claim_limited
+RATED_QUEUE = "feat_rated"  # a rate limit never reached: claim_limited (bench/rates.py)
 TASK_QUEUE = "feat_task"
 WORKFLOW_QUEUE = "feat_wf"
 
 QUEUE_LIMIT = 50
 HIGH_LIMIT = 1000
 GROUP_LIMIT = 1
+RATE_LIMIT = "1000000/s"
 
 app.queue(LIMITED_QUEUE, concurrency=QUEUE_LIMIT)
 app.queue(HIGH_LIMIT_QUEUE, concurrency=HIGH_LIMIT)
 app.queue(GROUPS_QUEUE, group_concurrency=GROUP_LIMIT)
+app.queue(RATED_QUEUE, rate_limit=RATE_LIMIT)
 
 STEPS = 4
 

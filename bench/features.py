@@ -60,6 +60,7 @@ from bench.common import (
     write_report,
 )
 from pgqueue import _sql
+from pgqueue._rates import parse_rate, rate_params
 from pgqueue.worker.semaphores import ClaimMarks
 
 APP = "bench.feature_apps:app"
@@ -87,9 +88,15 @@ def load(conn: Conn, n: int, *, task: str, queue: str, groups: int = 0) -> None:
             " SELECT {task}, {queue}, 'queued', jsonb_build_array(g), '{{}}'::jsonb, {group},"
             # flagged as an enqueue would (a queue configured later re-flags by trigger)
             "   EXISTS (SELECT 1 FROM pgqueue.queues q WHERE q.name = {queue}"
-            "           AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL))"
+            "           AND ({limits}))"
             " FROM generate_series(1, {n}) AS g"
-        ).format(task=sql.Literal(task), queue=sql.Literal(queue), group=group, n=sql.Literal(n))
+        ).format(
+            task=sql.Literal(task),
+            queue=sql.Literal(queue),
+            group=group,
+            n=sql.Literal(n),
+            limits=sql.SQL(_sql.part("queue_has_limits")),
+        )
     )
     vacuum_analyze(conn)
 
@@ -104,6 +111,9 @@ def configure(conn: Conn, queue: str) -> None:
                 "queue": queue,
                 "concurrency": cfg.concurrency,
                 "group_concurrency": cfg.group_concurrency,
+                "ordered": cfg.ordered,
+                **rate_params("rate", parse_rate("rate_limit", cfg.rate_limit)),
+                **rate_params("group_rate", parse_rate("group_rate_limit", cfg.group_rate_limit)),
             },
         )
 

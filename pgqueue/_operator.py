@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import _sql
+from pgqueue._rates import Rate, parse_rate, rate_params
 from pgqueue.runs import check_run_id
 
 Conn = psycopg.Connection[Any]
@@ -25,11 +26,37 @@ def retry(conn: Conn, run_id: int) -> bool:
 
 
 def set_limits(
-    conn: Conn, queue: str, concurrency: int | None, group_concurrency: int | None
+    conn: Conn,
+    queue: str,
+    concurrency: int | None,
+    group_concurrency: int | None,
+    rate_limit: str | None = None,
+    group_rate_limit: str | None = None,
+    ordered: bool = False,
 ) -> None:
     """Store a queue's limits, already checked (App.set_limits checks them first)."""
-    params = {"queue": queue, "concurrency": concurrency, "group_concurrency": group_concurrency}
+    params: dict[str, Any] = {
+        "queue": queue,
+        "concurrency": concurrency,
+        "group_concurrency": group_concurrency,
+        "ordered": ordered,
+        **rate_params("rate", parse_rate("rate_limit", rate_limit)),
+        **rate_params("group_rate", parse_rate("group_rate_limit", group_rate_limit)),
+    }
     conn.execute(_sql.query("set_queue_limits"), params)
+
+
+def flow_limits(conn: Conn, queue: str) -> dict[str, Any]:
+    """The queue's stored rate limits ("N/m" or None) and ordering (False if unknown)."""
+    row = conn.execute(_sql.query("queue_flow"), {"queue": queue}).fetchone()
+    if row is None:
+        return {"rate_limit": None, "group_rate_limit": None, "ordered": False}
+    rate, period, group_rate, group_period, ordered = row
+    return {
+        "rate_limit": str(Rate(rate, int(period))) if rate else None,
+        "group_rate_limit": str(Rate(group_rate, int(group_period))) if group_rate else None,
+        "ordered": ordered,
+    }
 
 
 def set_paused(conn: Conn, queue: str, paused: bool) -> None:

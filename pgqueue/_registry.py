@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import schedules as _schedules
 from pgqueue._checks import check_name
-from pgqueue.errors import OutOfRange, UnknownTask
+from pgqueue._rates import parse_rate
+from pgqueue.errors import InvalidArguments, OutOfRange, UnknownTask
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks import GroupFn, Hook, Task, Validator
 
@@ -26,10 +27,22 @@ class QueueConfig:
     name: str
     concurrency: int | None = None
     group_concurrency: int | None = None
+    rate_limit: str | None = None  # "N/s", "N/m" or "N/h", as _rates.parse_rate reads it
+    group_rate_limit: str | None = None
+    ordered: bool = False
 
 
-def check_limits(queue: str, concurrency: int | None, group_concurrency: int | None) -> None:
-    """OutOfRange unless each limit is None (no limit) or 1 to LIMIT_MAX."""
+def check_limits(
+    queue: str,
+    concurrency: int | None,
+    group_concurrency: int | None,
+    rate_limit: str | None = None,
+    group_rate_limit: str | None = None,
+    ordered: bool = False,
+) -> None:
+    """OutOfRange unless each limit is None (no limit) or 1 to LIMIT_MAX, InvalidArguments
+    for a rate limit not of the form N/s, N/m or N/h, or for `ordered` without
+    group_concurrency 1."""
     for label, value in (
         ("concurrency", concurrency),
         ("group_concurrency", group_concurrency),
@@ -39,6 +52,17 @@ def check_limits(queue: str, concurrency: int | None, group_concurrency: int | N
                 f"queue {queue!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "
                 f"not {value}"
             )
+    parse_rate(f"queue {queue!r}: rate_limit", rate_limit)
+    parse_rate(f"queue {queue!r}: group_rate_limit", group_rate_limit)
+    if not isinstance(ordered, bool):
+        raise InvalidArguments(
+            f"queue {queue!r}: ordered must be True or False, not {type(ordered).__name__}"
+        )
+    if ordered and group_concurrency != 1:
+        raise InvalidArguments(
+            f"queue {queue!r}: ordered=True needs group_concurrency=1 (one run per group at "
+            f"a time), not {group_concurrency}"
+        )
 
 
 def declare_queue(
@@ -46,9 +70,19 @@ def declare_queue(
     name: str,
     concurrency: int | None,
     group_concurrency: int | None,
+    rate_limit: str | None = None,
+    group_rate_limit: str | None = None,
+    ordered: bool = False,
 ) -> QueueConfig:
-    check_limits(name, concurrency, group_concurrency)
-    config = QueueConfig(check_name("queue", name), concurrency, group_concurrency)
+    check_limits(name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered)
+    config = QueueConfig(
+        check_name("queue", name),
+        concurrency,
+        group_concurrency,
+        rate_limit,
+        group_rate_limit,
+        ordered,
+    )
     queues[name] = config
     return config
 

@@ -18,6 +18,7 @@ from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
 from pgqueue._bulk import BulkActions
 from pgqueue._checks import check_name
+from pgqueue._rates import KEEP, Keep
 from pgqueue._registry import LIMIT_MAX, QueueConfig
 from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
@@ -179,10 +180,22 @@ class App(BulkActions, AsyncApp):
         return app
 
     def queue(
-        self, name: str, *, concurrency: int | None = None, group_concurrency: int | None = None
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        group_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        group_rate_limit: str | None = None,
+        ordered: bool = False,
     ) -> QueueConfig:
-        """Declare a queue and its limits (stored in pgqueue.queues when a worker starts)."""
-        return _registry.declare_queue(self.queues, name, concurrency, group_concurrency)
+        """Declare a queue and its limits (stored in pgqueue.queues when a worker starts).
+        rate_limit / group_rate_limit: "N/s", "N/m" or "N/h", at most N starts of the
+        queue (of one group) in any such interval; ordered=True (with group_concurrency=1):
+        a group's runs start one after another in id order (docs/flow_control.md)."""
+        return _registry.declare_queue(
+            self.queues, name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered
+        )
 
     # -- registering tasks --------------------------------------------------------------
 
@@ -380,15 +393,34 @@ class App(BulkActions, AsyncApp):
             return _operator.retry(c, run_id)
 
     def set_limits(
-        self, queue: str, *, concurrency: int | None, group_concurrency: int | None
+        self,
+        queue: str,
+        *,
+        concurrency: int | None,
+        group_concurrency: int | None,
+        rate_limit: str | Keep | None = KEEP,
+        group_rate_limit: str | Keep | None = KEEP,
+        ordered: bool | Keep = KEEP,
     ) -> None:
         """Change a queue's cluster-wide limits now (None: no limit); workers apply it to
-        their next claim. A worker that starts with app.queue(...) declarations writes
-        those back."""
-        _registry.check_limits(queue, concurrency, group_concurrency)
+        their next claim. Rate limits and `ordered` not given keep their stored values. A
+        worker that starts with app.queue(...) declarations writes those back."""
         name = check_name("queue", queue)
         with self.connection() as c:
-            _operator.set_limits(c, name, concurrency, group_concurrency)
+            stored = _operator.flow_limits(c, name)
+            rate = stored["rate_limit"] if isinstance(rate_limit, Keep) else rate_limit
+            group_rate = (
+                stored["group_rate_limit"]
+                if isinstance(group_rate_limit, Keep)
+                else group_rate_limit
+            )
+            in_order = stored["ordered"] if isinstance(ordered, Keep) else ordered
+            _registry.check_limits(
+                queue, concurrency, group_concurrency, rate, group_rate, in_order
+            )
+            _operator.set_limits(
+                c, name, concurrency, group_concurrency, rate, group_rate, in_order
+            )
 
     def groups(self, queue: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """The busiest groups (most running, then most queued), from pgqueue.groups."""

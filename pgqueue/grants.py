@@ -43,6 +43,7 @@ PRODUCER_FUNCTIONS = ("enqueue", "emit_event")
 WORKER_TABLES = {
     "alembic_version": ("SELECT",),
     "events": DML,
+    "group_rates": DML,
     "queues": ("SELECT", "INSERT", "UPDATE"),
     "run_errors": ("SELECT", "INSERT"),
     "runs": DML,

@@ -23,8 +23,7 @@
 WITH open AS (
     SELECT NOT EXISTS (SELECT 1 FROM pgqueue.queues q
                         WHERE q.name = %(queue)s
-                          AND (q.paused OR q.concurrency IS NOT NULL
-                               OR q.group_concurrency IS NOT NULL)) AS yes
+                          AND (q.paused OR {{queue_has_limits}})) AS yes
 ),
 ahead AS (
     SELECT ctid FROM pgqueue.runs

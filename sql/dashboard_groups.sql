@@ -1,6 +1,6 @@
 -- The groups of one queue with live runs, busiest first: runs holding a permit (running
 -- under an unexpired lease, as claim_limited() counts them) and who they are, queued,
--- scheduled and waiting runs. One branch per state, each on its partial index; the
+-- scheduled and waiting runs, starts under a group rate limit. One branch per state, each on its partial index; the
 -- queue's totals come along (window sums over every group, before the LIMIT), so that
 -- its page reads its live runs once.
 WITH live AS (
@@ -30,6 +30,12 @@ groups AS (
 )
 SELECT group_key, running, queued, scheduled, waiting, scheduled + waiting AS deferred,
        holders,
+       -- under a group rate limit: the group's starts in the last period
+       (SELECT pgqueue.rate_used(r.rate_slots, r.rate_counts,
+                                 now() - q.group_rate_period * interval '1 second')
+          FROM pgqueue.group_rates r
+          JOIN pgqueue.queues q ON q.name = r.queue AND q.group_rate_limit IS NOT NULL
+         WHERE r.queue = %(queue)s AND r.group_key = groups.group_key) AS rate_used,
        sum(running_any) OVER () AS total_running,
        sum(queued) OVER () AS total_queued,
        sum(scheduled) OVER () AS total_scheduled,

@@ -4,7 +4,9 @@
 -- group) under a lease that has not expired, or an attempt whose code runs on in a live
 -- worker after its outcome was written or its run canceled (pgqueue.zombie_permits,
 -- counted while its worker beats, as claim_limited() counts it); the stager and the claim run only in live
--- workers that serve the queue; unlimited queues are claimed in (priority, id) order.
+-- workers that serve the queue; unlimited queues are claimed in (priority, id) order; a
+-- rate limit counts the starts of its last period (pgqueue.rate_used); an ordered group
+-- takes its runs only once every earlier one is finished (runs_group_order_idx).
 -- Every count reads the partial index of its state, keyed by queue.
 WITH r AS (
     SELECT id, queue, state, group_key, priority, run_at, attempt, error, limited,
@@ -30,6 +32,10 @@ held AS (
 ),
 q AS (
     SELECT n.queue, coalesce(x.paused, false) AS paused, x.concurrency, x.group_concurrency,
+           x.rate_limit, x.rate_period, x.group_rate_limit, x.group_rate_period,
+           coalesce(x.ordered, false) AS ordered, x.rate_open_at,
+           pgqueue.rate_used(x.rate_slots, x.rate_counts,
+                             now() - x.rate_period * interval '1 second') AS rate_used,
            (SELECT count(*) FROM workers w WHERE n.queue = ANY (w.queues)) AS live_workers,
            (SELECT coalesce(sum(w.concurrency), 0) FROM workers w WHERE n.queue = ANY (w.queues))
                AS slots,
@@ -47,6 +53,17 @@ SELECT r.id, r.queue, r.state, r.group_key, r.run_at, r.attempt, r.error, r.wait
        r.wait_key, r.wait_run_id, q.paused, q.concurrency, q.group_concurrency,
        q.live_workers, q.slots, q.busy, q.permits_taken, q.permit_holders,
        g.taken AS group_taken, g.holders AS group_holders,
+       q.rate_limit, q.rate_period, q.rate_used, q.rate_open_at,
+       q.group_rate_limit, q.group_rate_period, q.ordered,
+       (SELECT pgqueue.rate_used(gr.rate_slots, gr.rate_counts,
+                                 now() - q.group_rate_period * interval '1 second')
+          FROM pgqueue.group_rates gr
+         WHERE gr.queue = r.queue AND gr.group_key = r.group_key) AS group_rate_used,
+       CASE WHEN q.ordered AND r.state = 'queued' THEN
+           (SELECT e.id FROM pgqueue.runs e
+             WHERE e.queue = r.queue AND e.group_key = r.group_key AND e.limited
+               AND e.state IN ('scheduled', 'queued', 'running', 'waiting')
+             ORDER BY e.id LIMIT 1) END AS first_in_group,
        c.state AS child_state, c.task AS child_task,
        a.ahead, now() AS now
 FROM r

@@ -1,4 +1,5 @@
--- Per queue: runs by state, the oldest queued run's age, limits and pause flag.
+-- Per queue: runs by state, the oldest queued run's age, limits (rate limits with their
+-- starts in the last period) and pause flag.
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
@@ -18,7 +19,17 @@ SELECT coalesce(c.queue, q.name) AS queue,
        coalesce(c.running, 0) AS running, coalesce(c.waiting, 0) AS waiting,
        coalesce(c.succeeded, 0) AS succeeded, coalesce(c.failed, 0) AS failed,
        coalesce(c.canceled, 0) AS canceled, c.oldest_queued_seconds,
-       q.concurrency, q.group_concurrency, coalesce(q.paused, false) AS paused
+       q.concurrency, q.group_concurrency, coalesce(q.paused, false) AS paused,
+       q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
+           AS rate_limit,
+       CASE WHEN q.rate_limit IS NOT NULL
+            THEN pgqueue.rate_used(q.rate_slots, q.rate_counts,
+                                   now() - q.rate_period * interval '1 second') END
+           AS rate_used,
+       q.group_rate_limit || '/'
+           || CASE q.group_rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
+           AS group_rate_limit,
+       coalesce(q.ordered, false) AS ordered
 FROM counts c
 FULL JOIN pgqueue.queues q ON q.name = c.queue
 ORDER BY 1

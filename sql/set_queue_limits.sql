@@ -1,10 +1,17 @@
 -- Change a queue's limits at run time (`pgqueue queues set`); workers hear of it at once.
 WITH changed AS (
-    INSERT INTO pgqueue.queues (name, concurrency, group_concurrency)
-    VALUES (%(queue)s, %(concurrency)s, %(group_concurrency)s)
+    INSERT INTO pgqueue.queues (name, concurrency, group_concurrency, rate_limit,
+                                rate_period, group_rate_limit, group_rate_period, ordered)
+    VALUES (%(queue)s, %(concurrency)s, %(group_concurrency)s, %(rate_limit)s,
+            %(rate_period)s, %(group_rate_limit)s, %(group_rate_period)s, %(ordered)s)
     ON CONFLICT (name) DO UPDATE
        SET concurrency = EXCLUDED.concurrency,
            group_concurrency = EXCLUDED.group_concurrency,
+           rate_limit = EXCLUDED.rate_limit,
+           rate_period = EXCLUDED.rate_period,
+           group_rate_limit = EXCLUDED.group_rate_limit,
+           group_rate_period = EXCLUDED.group_rate_period,
+           ordered = EXCLUDED.ordered,
            updated_at = now()
     RETURNING name
 )

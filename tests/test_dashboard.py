@@ -589,3 +589,54 @@ def test_the_run_page_says_what_each_finished_wait_was_for(
     assert "sleep 30.0 s: succeeded after 30.0 s" in page
     detail = web.get(f"/api/runs/{flow}").json()
     assert {s["name"]: s["waited"] for s in detail["steps"]} == {n: w for n, w, _, _ in steps}
+
+
+def test_queue_page_shows_rate_limits_and_their_use(
+    web: TestClient, app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A queue's page and its JSON show its rate limits and the starts they count now:
+    three runs claimed (pgqueue.claim_limited) of a 5/s queue, per group 2/m."""
+    app.set_limits(
+        "api", concurrency=None, group_concurrency=None, rate_limit="5/s", group_rate_limit="2/m"
+    )
+    for g in ("t1", "t1", "t2", "t2", "t2"):
+        enqueue(conn, queue="api", group_key=g, limited=True)
+    claimed = conn.execute(
+        "SELECT id FROM pgqueue.claim_limited('api', %s, 10, 30)", (WORKER,)
+    ).fetchall()
+    assert len(claimed) == 4  # 2 per group in the minute
+    body = web.get("/api/queues/api").json()
+    assert (body["rate_limit"], body["rate_used"], body["group_rate_limit"]) == ("5/s", 4, "2/m")
+    assert {g["group_key"]: g["rate_used"] for g in body["groups"]} == {"t1": 2, "t2": 2}
+    page = web.get("/queues/api").text
+    assert "5/s" in page and "(4 used)" in page and "Starts (2/m)" in page
+
+
+def test_why_rate_limits_and_ordered_groups(
+    web: TestClient, app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A queued run held back by its queue's rate limit, its group's, or an earlier run of
+    its ordered group says so."""
+    live_worker(conn, ["api", "feed"], concurrency=50)
+    app.set_limits("api", concurrency=None, group_concurrency=None, rate_limit="2/h")
+    for _ in range(3):
+        enqueue(conn, queue="api", limited=True)
+    conn.execute("SELECT id FROM pgqueue.claim_limited('api', %s, 10, 30)", (WORKER,))
+    row = conn.execute("SELECT id FROM pgqueue.runs WHERE state = 'queued'").fetchone()
+    assert row is not None
+    held = int(row[0])
+    (reason,) = why(web, held)
+    assert reason.startswith("queue rate limit 2/h reached (2 starts in the last hour): next")
+    app.set_limits(
+        "api", concurrency=None, group_concurrency=None, rate_limit=None, group_rate_limit="1/m"
+    )
+    enqueue(conn, queue="api", group_key="t9", limited=True)
+    conn.execute("SELECT id FROM pgqueue.claim_limited('api', %s, 10, 30)", (WORKER,))
+    second = enqueue(conn, queue="api", group_key="t9", limited=True)
+    assert why(web, second) == ["group t9 at its rate limit 1/m (1 start in the last minute)"]
+    app.set_limits("feed", concurrency=None, group_concurrency=1, ordered=True)
+    first = enqueue(
+        conn, queue="feed", group_key="acct", state="scheduled", limited=True, run_at="infinity"
+    )
+    later = enqueue(conn, queue="feed", group_key="acct", limited=True)
+    assert why(web, later) == [f"ordered group acct: waits for run {first} to finish"]

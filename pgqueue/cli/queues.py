@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pgqueue._bulk import DEFAULT_BATCH, purge_filter
+from pgqueue._rates import KEEP, Keep
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
 
@@ -21,6 +22,10 @@ QUEUE_COLUMNS = [
     "oldest_queued_seconds",
     "concurrency",
     "group_concurrency",
+    "rate_limit",
+    "rate_used",
+    "group_rate_limit",
+    "ordered",
 ]
 
 
@@ -41,7 +46,7 @@ def queues(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool) -
     busiest = [g for g in app.groups(limit=5) if g["group_key"]]
     if busiest:
         click.echo("\nbusiest groups:")
-        table(busiest, ["queue", "group_key", "running", "queued", "deferred"])
+        table(busiest, ["queue", "group_key", "running", "queued", "deferred", "rate_used"])
 
 
 def _pause_command(name: str, paused: bool) -> None:
@@ -87,14 +92,33 @@ def queues_purge(dsn: str | None, embedded: bool, queue: str, yes: bool) -> None
     type=click.IntRange(0, 2**31 - 1),
     help="Max running runs per group in QUEUE (0: no limit).",
 )
+@click.option(
+    "--rate-limit",
+    metavar="N/s|N/m|N/h",
+    help="Max starts of QUEUE in any second, minute or hour, across all workers (0: none).",
+)
+@click.option(
+    "--group-rate-limit",
+    metavar="N/s|N/m|N/h",
+    help="Max starts per group of QUEUE in any second, minute or hour (0: none).",
+)
+@click.option(
+    "--ordered/--unordered",
+    default=None,
+    help="Start each group's runs one after another in id order (needs group concurrency 1).",
+)
 def queues_set(
     dsn: str | None,
     embedded: bool,
     queue: str,
     concurrency: int | None,
     group_concurrency: int | None,
+    rate_limit: str | None,
+    group_rate_limit: str | None,
+    ordered: bool | None,
 ) -> None:
-    """Change QUEUE's cluster-wide limits now (workers apply them to their next claim)."""
+    """Change QUEUE's cluster-wide limits now (workers apply them to their next claim).
+    Limits not given keep their values."""
     app = open_app(dsn, embedded)
     current = {q["queue"]: q for q in app.queue_summary()}.get(queue, {})
     new_c = current.get("concurrency") if concurrency is None else (concurrency or None)
@@ -103,11 +127,30 @@ def queues_set(
         if group_concurrency is None
         else (group_concurrency or None)
     )
-    app.set_limits(queue, concurrency=new_c, group_concurrency=new_g)
+    app.set_limits(
+        queue,
+        concurrency=new_c,
+        group_concurrency=new_g,
+        rate_limit=_rate_option(rate_limit),
+        group_rate_limit=_rate_option(group_rate_limit),
+        ordered=KEEP if ordered is None else ordered,
+    )
+    now = {q["queue"]: q for q in app.queue_summary()}[queue]
     click.echo(
         f"queue {queue}: concurrency {new_c or 'unlimited'}, "
-        f"group_concurrency {new_g or 'unlimited'}"
+        f"group_concurrency {new_g or 'unlimited'}, "
+        f"rate_limit {now['rate_limit'] or 'none'}, "
+        f"group_rate_limit {now['group_rate_limit'] or 'none'}"
+        + (", ordered" if now["ordered"] else "")
     )
+
+
+def _rate_option(value: str | None) -> str | Keep | None:
+    """--rate-limit's value for App.set_limits: not given keeps the stored one, 0 or none
+    removes it."""
+    if value is None:
+        return KEEP
+    return None if value.strip().lower() in ("0", "none") else value
 
 
 @queues.command("groups")
@@ -123,4 +166,7 @@ def queues_groups(
     if as_json:
         echo_json(rows)
     else:
-        table(rows, ["queue", "group_key", "running", "queued", "deferred", "last_started_at"])
+        table(
+            rows,
+            ["queue", "group_key", "running", "queued", "deferred", "rate_used", "last_started_at"],
+        )

@@ -233,10 +233,6 @@ def get_queue(conn: psycopg.Connection[Any], name: str, limit: int = 100) -> dic
         )
     return {
         **queue,
-        # Rate limits are not part of this schema yet: the field is kept so that clients
-        # of this endpoint need no change when they come.
-        "rate_limit": None,
-        "group_rate_limit": None,
         "groups": groups,
         "groups_truncated": len(groups) == limit,
         "workers": [_worker(w) for w in workers if name in w["queues"]],

@@ -3,7 +3,8 @@ worker's claim and stager) put into words, most decisive first.
 
 A queued run is claimed when a live worker serving its queue has a free slot, the queue
 is not paused, the queue and the run's group have a permit free (limited queues,
-claim_limited()), and no run comes before it (unlimited queues take (priority, id)
+claim_limited()) and room under their rate limits, in an ordered queue every earlier run
+of its group is finished, and no run comes before it (unlimited queues take (priority, id)
 order; limited ones take turns across groups). A scheduled run becomes queued at its
 run_at, by the stager of a live worker serving its queue; a waiting run, when its event
 arrives, its child finishes or its deadline passes.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pgqueue._rates import PERIOD_WORDS, Rate
 from pgqueue.states import RunState
 
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
@@ -67,17 +69,50 @@ def reasons(f: dict[str, Any]) -> list[str]:
             f"group {group} at its limit ({f['group_taken']} of {group_limit}: "
             f"{runs_text(f['group_holders'] or [], f['group_taken'])})"
         )
+    out += flow_reasons(f)
     if f["live_workers"] and f["busy"] >= f["slots"]:
         out.append(
             f"every live worker serving queue {queue} is busy ({f['busy']} of {f['slots']} slots)"
         )
-    if concurrency is None and group_limit is None and f["ahead"]:
+    limited = concurrency is not None or group_limit is not None or f["ordered"]
+    limited = limited or f["rate_limit"] is not None or f["group_rate_limit"] is not None
+    if not limited and f["ahead"]:
         ahead = "1,000+" if f["ahead"] >= 1000 else f"{f['ahead']:,}"
         noun = "run" if f["ahead"] == 1 else "runs"
         out.append(f"{ahead} {noun} ahead of it in queue {queue}")
     if not out:
         out.append("next in line: a worker claims it at its next claim")
     return out
+
+
+def flow_reasons(f: dict[str, Any]) -> list[str]:
+    """A queued run held back by a rate limit or by its ordered group."""
+    out: list[str] = []
+    group = f["group_key"] or "(default)"
+    if f["rate_limit"] is not None and f["rate_used"] >= f["rate_limit"]:
+        rate = Rate(f["rate_limit"], int(f["rate_period"]))
+        reason = (
+            f"queue rate limit {rate} reached ({starts(f['rate_used'])} in the last "
+            f"{PERIOD_WORDS[rate.period]})"
+        )
+        if f["rate_open_at"] is not None and f["rate_open_at"] > f["now"]:
+            reason += f": next start at {clock(f['rate_open_at'], f['now'])}"
+        out.append(reason)
+    used = f["group_rate_used"] or 0
+    if f["group_rate_limit"] is not None and used >= f["group_rate_limit"]:
+        rate = Rate(f["group_rate_limit"], int(f["group_rate_period"]))
+        out.append(
+            f"group {group} at its rate limit {rate} ({starts(used)} in the last "
+            f"{PERIOD_WORDS[rate.period]})"
+        )
+    first = f["first_in_group"]
+    if first is not None and first < f["id"]:
+        out.append(f"ordered group {group}: waits for run {first} to finish")
+    return out
+
+
+def starts(n: int) -> str:
+    return f"{n} start" if n == 1 else f"{n} starts"
 
 
 def runs_text(ids: Sequence[int], total: int) -> str:

@@ -35,6 +35,9 @@ log = logging.getLogger("pgqueue.worker")
 
 CLAIM_BATCH_MIN = 50  # a claim is split (see Producer.claim_batch) only above this size
 CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
+# how long after a rate limit's next slot opens to claim: the loop's timers may fire a
+# little early (their clock's resolution), and a claim too early finds the slot taken
+RATE_SLACK = 0.005
 
 
 def task_starter(
@@ -113,6 +116,7 @@ class Producer:
         self.completer: Completer | None = None
         self.limits: QueueLimits | None = None
         self.lease_keeper: LeaseKeeper | None = None
+        self._rate_timer: asyncio.TimerHandle | None = None  # see _wake_in
         self.stage: Callable[[], Coroutine[Any, Any, tuple[int, datetime | None]]] | None = None
 
     def open(
@@ -274,6 +278,8 @@ class Producer:
         undecodable = Undecodable.made
         async with self.pool.connection() as conn:
             rows = await semaphores.claim(conn, queue, params, limited)
+            if len(rows) < limit and queue in self.limits.rated:
+                self._wake_in(await semaphores.rate_open_in(conn, queue))
         if not limited:
             self.marks.landed(queue, rows)
         if rows:
@@ -307,6 +313,20 @@ class Producer:
         if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
             self._recycle(f"{self.max_runs} runs claimed (max_runs)")
         return claimed
+
+    def _wake_in(self, seconds: float | None) -> None:
+        """Claim again once a rate limit lets a run start (rather than at the next poll,
+        and without spinning before that): one timer, the earliest asked for."""
+        if seconds is None:
+            return
+        loop = asyncio.get_running_loop()
+        at = loop.time() + seconds + RATE_SLACK
+        timer = self._rate_timer
+        if timer is not None and not timer.cancelled() and loop.time() <= timer.when() <= at:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._rate_timer = loop.call_at(at, self.wake)
 
     # -- recycling --------------------------------------------------------------------
 

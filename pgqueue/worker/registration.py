@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgqueue import __version__, _sql, db, grants, migrate, schedules
+from pgqueue._rates import parse_rate, rate_params
 from pgqueue.errors import PermissionDenied
 from pgqueue.worker._service import DB_ERRORS, Pool
 
@@ -33,6 +34,9 @@ def register(app: App, worker_id: UUID, queues: list[str], concurrency: int) -> 
                     "queue": q.name,
                     "concurrency": q.concurrency,
                     "group_concurrency": q.group_concurrency,
+                    "ordered": q.ordered,
+                    **rate_params("rate", parse_rate("rate_limit", q.rate_limit)),
+                    **rate_params("group_rate", parse_rate("group_rate_limit", q.group_rate_limit)),
                 },
             )
         conn.execute(

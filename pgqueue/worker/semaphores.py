@@ -2,8 +2,10 @@
 
 A queue with `concurrency` and/or `group_concurrency` is claimed by the SQL function
 pgqueue.claim_limited, which holds the queue's row lock for its one statement, so
-claimers of that queue take turns and count exactly. Queues without limits use the
-lock-free SKIP LOCKED claim. Which queues have limits: maintenance/queue_limits.py.
+claimers of that queue take turns and count exactly; so is a queue with a rate limit or
+ordered groups, and a claim that a rate limit cut short says when to try again. Queues
+without limits use the lock-free SKIP LOCKED claim. Which queues have limits:
+maintenance/queue_limits.py.
 """
 
 from __future__ import annotations
@@ -66,3 +68,11 @@ async def claim(
     async with conn.cursor(row_factory=claimed_row) as cur:
         await cur.execute(_sql.query("claim_limited" if limited else "claim"), params)
         return await cur.fetchall()
+
+
+async def rate_open_in(conn: AsyncConnection[Any], queue: str) -> float | None:
+    """Seconds until a rate limit lets `queue` start a run again, as its last claim found
+    (None: no rate limit holds it back)."""
+    cur = await conn.execute(_sql.query("rate_open_at"), {"queue": queue})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else max(0.0, float(row[0]))

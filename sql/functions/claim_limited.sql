@@ -1,5 +1,6 @@
--- Claim up to p_limit queued runs of a queue with `concurrency` and/or
--- `group_concurrency`. One call is one transaction (the caller runs it in autocommit);
+-- Claim up to p_limit queued runs of a queue with limits: `concurrency`,
+-- `group_concurrency`, rate limits, `ordered`. One call is one transaction (the caller
+-- runs it in autocommit);
 -- it holds the queue's row lock until it ends, so claimers of a queue take turns, and
 -- each statement below takes a fresh snapshot after the lock: the counts are exact.
 --
@@ -7,6 +8,18 @@
 -- runs in p_finishing (the caller's runs whose code has returned and whose outcome is
 -- being written: they no longer execute); a row of pgqueue.zombie_permits (a timed-out
 -- attempt whose thread still runs) holds one while its worker's heartbeat is fresh.
+--
+-- Rate limits: a start is a claim; the claim's time is the clock after the lock, so
+-- claims of a queue are stamped in the order they take their runs. The queue's log (on
+-- its row) and each group's (pgqueue.group_rates, read when the group has its turn) say
+-- how many runs started in the last period (pgqueue.rate_used); a claim takes at most
+-- what is left, and adds what it took (pgqueue.rate_log_add). A claim cut short by a rate
+-- limit writes rate_open_at, when the next start is allowed: the worker sleeps until
+-- then. Runs held back stay `queued`: no attempt is used.
+--
+-- Ordered (group_concurrency 1): a group's run is taken only if no earlier run of the
+-- group (by id) is unfinished (runs_group_order_idx): a run waiting to retry, delayed,
+-- waiting in a workflow or running under an expired lease holds its group back.
 --
 -- Order (docs/concurrency.md):
 --   1. lower priority value first;
@@ -45,11 +58,25 @@ DECLARE
     next_lvl smallint;             -- the next hint: the first group served at the last
     next_grp text;                 -- priority with picks, and the largest id taken there
     next_id  bigint;
+    stamp    timestamptz;          -- when this claim starts its runs
+    cap      jsonb := '{}';        -- group -> runs it may start, before this call's picks
+    room     bigint;
+    g_slots  timestamptz[];
+    g_counts integer[];
+    opens    timestamptz;          -- when a start held back by a rate limit is allowed
+    left_    bigint;
+    q_period interval;             -- the queue's rate period, the groups'
+    new_slots  timestamptz[];      -- the queue's rate log after this claim
+    new_counts integer[];
+    g_period interval;
 BEGIN
     SELECT * INTO q FROM pgqueue.queues WHERE name = p_queue FOR UPDATE;
     IF NOT FOUND OR q.paused THEN
         RETURN;
     END IF;
+    stamp := clock_timestamp();
+    q_period := q.rate_period * interval '1 second';
+    g_period := q.group_rate_period * interval '1 second';
 
     -- Permits held: runs running under a valid lease, and the attempts whose outcome is
     -- written but whose code still runs in a thread of a live worker (zombie_permits).
@@ -70,7 +97,19 @@ BEGIN
              GROUP BY h.group_key) b;
     budget := least(p_limit, coalesce(q.concurrency, 2147483647) - running);
     gc := coalesce(q.group_concurrency, 2147483647);
+    IF q.rate_limit IS NOT NULL AND budget > 0 THEN
+        budget := least(budget, q.rate_limit - pgqueue.rate_used(q.rate_slots, q.rate_counts,
+                                                                  stamp - q_period));
+        IF budget <= 0 THEN
+            -- the log's oldest slot leaves the period first
+            opens := (SELECT min(u.s) FROM unnest(q.rate_slots) AS u(s)
+                       WHERE u.s >= stamp - q_period) + q_period;
+        END IF;
+    END IF;
     IF budget <= 0 THEN
+        IF opens IS DISTINCT FROM q.rate_open_at THEN
+            UPDATE pgqueue.queues SET rate_open_at = opens WHERE name = p_queue;
+        END IF;
         RETURN;
     END IF;
 
@@ -156,10 +195,39 @@ BEGIN
                          ORDER BY r.group_key, r.id LIMIT 1;
                     END IF;
                     EXIT WHEN k IS NULL OR (seg = 1 AND k > q.rr_cursor);
+                    -- What the group may start: its permits, and what its rate limit
+                    -- leaves in the period (read once per call).
+                    IF NOT cap ? k THEN
+                        room := gc - coalesce((busy ->> k)::bigint, 0);
+                        IF q.group_rate_limit IS NOT NULL THEN
+                            SELECT g.rate_slots, g.rate_counts INTO g_slots, g_counts
+                              FROM pgqueue.group_rates g
+                             WHERE g.queue = p_queue AND g.group_key = k;
+                            left_ := q.group_rate_limit - pgqueue.rate_used(
+                                g_slots, g_counts, stamp - g_period);
+                            room := least(room, left_);
+                            IF left_ <= 0 THEN
+                                opens := least(opens,
+                                    (SELECT min(u.s) FROM unnest(g_slots) AS u(s)
+                                      WHERE u.s >= stamp - g_period) + g_period);
+                            END IF;
+                        END IF;
+                        cap := cap || jsonb_build_object(k, room);
+                    END IF;
                     -- Within one priority a group is visited once; `used` holds the runs
                     -- picked at earlier priorities.
-                    CONTINUE WHEN gc - coalesce((busy ->> k)::bigint, 0)
-                                     - coalesce((used ->> k)::bigint, 0) <= 0;
+                    CONTINUE WHEN (cap ->> k)::bigint - coalesce((used ->> k)::bigint, 0) <= 0;
+                    -- An ordered group waits for its earlier runs to finish: its first
+                    -- unfinished run must be this one (a probe of runs_group_order_idx,
+                    -- in its order; an EXISTS lets a generic plan scan the table).
+                    IF q.ordered THEN
+                        CONTINUE WHEN (SELECT e.id FROM pgqueue.runs e
+                                        WHERE e.queue = p_queue AND e.group_key = k
+                                          AND e.limited
+                                          AND e.state IN ('scheduled', 'queued', 'running',
+                                                          'waiting')
+                                        ORDER BY e.id LIMIT 1) < run_id;
+                    END IF;
                     picked := picked || run_id;
                     turns := turns || k;
                     last := k;
@@ -184,7 +252,7 @@ BEGIN
                                  row_number() OVER (PARTITION BY g.group_key ORDER BY x.id) AS nth
                             FROM (SELECT t.group_key, t.turn,
                                          least(budget,
-                                               gc - coalesce((busy ->> t.group_key)::bigint, 0)
+                                               (cap ->> t.group_key)::bigint
                                                   - coalesce((used ->> t.group_key)::bigint, 0)
                                                   - 1)  -- the run of its turn
                                              AS room,
@@ -218,10 +286,48 @@ BEGIN
         hid := 0;
     END LOOP;
 
+    -- The rate logs take this claim's starts; rate_open_at says when the queue's next
+    -- start is allowed if a rate limit is what stops it now.
+    IF q.group_rate_limit IS NOT NULL AND cardinality(picked) > 0 THEN
+        INSERT INTO pgqueue.group_rates AS g (queue, group_key, rate_slots, rate_counts)
+        SELECT p_queue, a.group_key, l.slots, l.counts
+          FROM (SELECT r.group_key, count(*)::integer AS n FROM pgqueue.runs r
+                 WHERE r.id = ANY (picked) GROUP BY r.group_key) a
+         CROSS JOIN LATERAL pgqueue.rate_log_add('{}'::timestamptz[], '{}'::integer[], a.n,
+                                                 stamp, q.group_rate_period) l
+        ON CONFLICT (queue, group_key) DO UPDATE
+           SET (rate_slots, rate_counts) = (
+               SELECT l.slots, l.counts
+                 FROM pgqueue.rate_log_add(g.rate_slots, g.rate_counts,
+                                           EXCLUDED.rate_counts[1], stamp,
+                                           q.group_rate_period) l);
+        -- Now and then, the groups whose starts have all left the period go.
+        IF random() < 0.01 THEN
+            DELETE FROM pgqueue.group_rates g
+             WHERE g.queue = p_queue
+               AND g.rate_slots[cardinality(g.rate_slots)] < stamp - g_period;
+        END IF;
+    END IF;
+    new_slots := q.rate_slots;
+    new_counts := q.rate_counts;
+    IF q.rate_limit IS NOT NULL THEN
+        IF cardinality(picked) > 0 THEN
+            SELECT l.slots, l.counts INTO new_slots, new_counts
+              FROM pgqueue.rate_log_add(q.rate_slots, q.rate_counts, cardinality(picked),
+                                        stamp, q.rate_period) l;
+        END IF;
+        IF pgqueue.rate_used(new_slots, new_counts, stamp - q_period) >= q.rate_limit THEN
+            -- the log's oldest slot in the period leaves it first
+            opens := least(opens, (SELECT min(u.s) FROM unnest(new_slots) AS u(s)
+                                    WHERE u.s >= stamp - q_period) + q_period);
+        END IF;
+    END IF;
+
     -- The next hint. Within one (priority, group) a claim takes runs in id order from
     -- where its scan started (the group's front, or the hint), so every run up to the
     -- largest id it took there has left `queued`. With one group (a queue with a
-    -- `concurrency` only), that is the queue's every claim.
+    -- `concurrency` only), that is the queue's every claim. One write of the queue's
+    -- row, with its rate log.
     IF next_grp IS NOT NULL THEN
         UPDATE pgqueue.queues
            SET rr_cursor = last, hint_priority = next_lvl, hint_group = next_grp,
@@ -230,10 +336,16 @@ BEGIN
                -- front, it starts a new life
                hint_since = CASE WHEN hid > 0 AND next_lvl = q.hint_priority
                                       AND next_grp = q.hint_group
-                                 THEN q.hint_since ELSE clock_timestamp() END
+                                 THEN q.hint_since ELSE clock_timestamp() END,
+               rate_slots = new_slots, rate_counts = new_counts, rate_open_at = opens
          WHERE name = p_queue;
-    ELSIF last IS DISTINCT FROM q.rr_cursor THEN
-        UPDATE pgqueue.queues SET rr_cursor = last WHERE name = p_queue;
+    ELSIF last IS DISTINCT FROM q.rr_cursor
+          OR (new_slots, new_counts, opens)
+             IS DISTINCT FROM (q.rate_slots, q.rate_counts, q.rate_open_at) THEN
+        UPDATE pgqueue.queues
+           SET rr_cursor = last,
+               rate_slots = new_slots, rate_counts = new_counts, rate_open_at = opens
+         WHERE name = p_queue;
     END IF;
 
     RETURN QUERY
@@ -243,7 +355,7 @@ BEGIN
            worker_id = p_worker,
            lease_token = gen_random_uuid(),
            lease_expires_at = now() + p_lease_seconds * interval '1 second',
-           started_at = now()
+           started_at = stamp
      WHERE r.id = ANY (picked) AND r.state = 'queued'
     RETURNING r.*;
 END

@@ -54,7 +54,9 @@ BEGIN
             coalesce(enqueue.run_at, now()),
             EXISTS (SELECT 1 FROM pgqueue.queues q
                      WHERE q.name = enqueue.queue
-                       AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL)))
+                       AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL
+                            OR q.rate_limit IS NOT NULL OR q.group_rate_limit IS NOT NULL
+                            OR q.ordered)))
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING r.id INTO new_id;
     IF new_id IS NULL THEN

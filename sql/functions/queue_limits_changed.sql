@@ -8,12 +8,16 @@
 CREATE OR REPLACE FUNCTION pgqueue.queue_limits_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    now_limited boolean := NEW.concurrency IS NOT NULL OR NEW.group_concurrency IS NOT NULL;
+    now_limited boolean := NEW.concurrency IS NOT NULL OR NEW.group_concurrency IS NOT NULL
+                           OR NEW.rate_limit IS NOT NULL OR NEW.group_rate_limit IS NOT NULL
+                           OR NEW.ordered;
     was_limited boolean := false;
     old_timeout text := current_setting('lock_timeout');
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        was_limited := OLD.concurrency IS NOT NULL OR OLD.group_concurrency IS NOT NULL;
+        was_limited := OLD.concurrency IS NOT NULL OR OLD.group_concurrency IS NOT NULL
+                       OR OLD.rate_limit IS NOT NULL OR OLD.group_rate_limit IS NOT NULL
+                       OR OLD.ordered;
     END IF;
     IF was_limited = now_limited THEN
         RETURN NULL;

@@ -3,7 +3,8 @@
 -- age, and what finished recently (runs_finished_idx). Pickup latency is
 -- started_at - run_at and duration finished_at - started_at, over the runs that
 -- finished in the last minute. All-time totals of finished runs are deliberately not
--- here: they cost a scan of the whole history (see docs/sql.md).
+-- here: they cost a scan of the whole history (see docs/sql.md). Limits last, with the
+-- rate limits' current use (docs/flow_control.md).
 CREATE OR REPLACE VIEW pgqueue.queue_stats AS
 WITH live AS (
     SELECT queue, 'scheduled' AS state, count(*) AS n, NULL::timestamptz AS oldest
@@ -70,7 +71,18 @@ SELECT n.queue,
        coalesce(r.failed_last_hour, 0) AS failed_last_hour,
        r.pickup_p50_seconds, r.pickup_p95_seconds,
        r.duration_p50_seconds, r.duration_p95_seconds,
-       q.concurrency, q.group_concurrency
+       q.concurrency, q.group_concurrency,
+       -- rate limits as declared ('100/m'), and the starts in the last period
+       q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
+           AS rate_limit,
+       CASE WHEN q.rate_limit IS NOT NULL
+            THEN pgqueue.rate_used(q.rate_slots, q.rate_counts,
+                                   now() - q.rate_period * interval '1 second') END
+           AS rate_used,
+       q.group_rate_limit || '/'
+           || CASE q.group_rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
+           AS group_rate_limit,
+       coalesce(q.ordered, false) AS ordered
 FROM names n
 LEFT JOIN pgqueue.queues q ON q.name = n.queue
 LEFT JOIN recent r ON r.queue = n.queue;

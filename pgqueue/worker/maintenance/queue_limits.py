@@ -1,5 +1,6 @@
-"""Which served queues have cluster-wide limits (concurrency, group_concurrency): read
-every few seconds, and at once on NOTIFY pgqueue_config (notifications.Listener)."""
+"""Which served queues have cluster-wide limits (concurrency, group_concurrency, rate
+limits, ordered), and which of them rate limits: read every few seconds, and at once on
+NOTIFY pgqueue_config (notifications.Listener)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pgqueue.worker._service import Pool, Service
 
 
 class QueueLimits(Service):
-    """Keeps `limited` (the queues with limits) up to date; the producer and the
-    executor read it."""
+    """Keeps `limited` (the queues with limits) and `rated` (those with a rate limit) up
+    to date; the producer and the executor read them."""
 
     name = "queue limits"
     interval = 5.0
@@ -17,11 +18,14 @@ class QueueLimits(Service):
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.limited: set[str] = set()
+        self.rated: set[str] = set()
 
     async def refresh(self) -> None:
         async with self.pool.connection() as conn:
             cur = await conn.execute(_sql.query("queue_limits"))
-            self.limited = {row[0] for row in await cur.fetchall()}
+            rows = await cur.fetchall()
+        self.limited = {name for name, _ in rows}
+        self.rated = {name for name, rated in rows if rated}
 
     async def tick(self) -> float:
         await self.refresh()
