@@ -1,6 +1,7 @@
 -- Record a step, fenced by the lease: the run row is share-locked while the lease is
 -- valid, so a rescue cannot slip in between the check and the write. A succeeded step
--- is never overwritten. Returns nothing if the lease is gone.
+-- is never overwritten. A step is 'running' while its body runs, 'waiting' while the run
+-- waits on it (neither has finished). Returns nothing if the lease is gone.
 WITH lease AS (
     SELECT id
     FROM pgqueue.runs
@@ -11,7 +12,7 @@ WITH lease AS (
 INSERT INTO pgqueue.steps AS s (run_id, name, state, output, error, attempt, started_at,
                                 finished_at)
 SELECT id, %(name)s, %(state)s, %(output)s::jsonb, %(error)s, %(attempt)s, %(started_at)s,
-       CASE WHEN %(state)s = 'waiting' THEN NULL ELSE now() END
+       CASE WHEN %(state)s IN ('waiting', 'running') THEN NULL ELSE now() END
 FROM lease
 ON CONFLICT (run_id, name) DO UPDATE
    SET state = EXCLUDED.state, output = EXCLUDED.output, error = EXCLUDED.error,

@@ -62,7 +62,11 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         echo_json(run.to_json() | {"errors": errors, "steps": app.run_steps(run_id)})
         return
     for key, value in run.to_json().items():
-        shown = json.dumps(value) if key in ("args", "kwargs", "result") else cell(value)
+        if key in ("progress", "cancel_reason") and value is None:
+            continue
+        shown = (
+            json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
+        )
         click.echo(f"{key:>17}: {shown}")
     for e in errors:
         click.echo(
@@ -77,22 +81,30 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
 @db_options
 @click.argument("run_id", type=int, required=False)
 @click.option("--children", is_flag=True, help="Cancel its child runs too (one run only).")
+@click.option("--reason", help="Why: stored with the run and shown everywhere (one run only).")
 @_bulk.filter_options
 def runs_cancel(
-    dsn: str | None, embedded: bool, run_id: int | None, children: bool, **bulk: Any
+    dsn: str | None,
+    embedded: bool,
+    run_id: int | None,
+    children: bool,
+    reason: str | None,
+    **bulk: Any,
 ) -> None:
     """Cancel a run that has not finished (a running one is told to stop), or every
     unfinished run that matches the filters: prints how many and asks first (--yes:
     don't ask)."""
     app = open_app(dsn, embedded)
     if run_id is None:
+        if reason is not None:
+            fail("--reason goes with one run id (pgqueue runs cancel ID --reason TEXT)")
         yes, size = bulk.pop("yes"), bulk.pop("batch_size")
         _bulk.run(app, "cancel", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
         return
     _no_filters(bulk)
     app.get_run(run_id)
-    if app.cancel(run_id, children=children):
-        click.echo(f"run {run_id} canceled")
+    if app.cancel(run_id, children=children, reason=reason):
+        click.echo(f"run {run_id} canceled" + (f": {printable(reason)}" if reason else ""))
     else:
         fail(f"run {run_id} has already finished; nothing to cancel")
 
