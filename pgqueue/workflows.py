@@ -44,10 +44,14 @@ class Suspend(BaseException):
         wait_key: str | None = None,
         wait_since: datetime | None = None,
         wait_run_id: int | None = None,
+        wake_at: datetime | None = None,
     ) -> None:
         super().__init__(state)
         self.state = state
         self.delay = delay
+        # when the wait ends, on the database's clock: the run's run_at is set to it
+        # exactly, not to the completion's now() + delay (a few milliseconds later)
+        self.wake_at = wake_at
         self.wait_event = wait_event
         self.wait_key = wait_key
         self.wait_since = wait_since
@@ -211,7 +215,7 @@ class Durable:
         if left <= 0:
             self.record(name, "succeeded", output=_json.dumps(spec, what="sleep"))
             return
-        raise Suspend(RunState.SCHEDULED, left)
+        raise Suspend(RunState.SCHEDULED, left, wake_at=wake_at)
 
     def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
         check_name("event", event)
@@ -230,20 +234,25 @@ class Durable:
             row = conn.execute(
                 _sql.query("find_event"), {"event": event, "key": key or "", "since": since}
             ).fetchone()
-        if row is not None:
+        if row is not None and row[1]:
             self.record(name, "succeeded", output=_json.dumps(row[0], what="event payload"))
             return row[0]
         assert self.db_now is not None
-        left = (
-            None
-            if timeout is None
-            else (since + timedelta(seconds=timeout) - self.db_now).total_seconds()
-        )
+        wake_at = None if timeout is None else since + timedelta(seconds=timeout)
+        left = None if wake_at is None else (wake_at - self.db_now).total_seconds()
         if left is not None and left <= 0:
             self.record(name, "succeeded", output="null")
             return None
+        if row is not None and (left is None or row[2] < left):
+            # a delayed event is on its way: wait until it is due
+            left, wake_at = max(0.0, row[2]), row[3]
         raise Suspend(
-            RunState.WAITING, left, wait_event=event, wait_key=key or "", wait_since=since
+            RunState.WAITING,
+            left,
+            wait_event=event,
+            wait_key=key or "",
+            wait_since=since,
+            wake_at=wake_at,
         )
 
     def call(
@@ -281,13 +290,14 @@ class Durable:
             self.record(name, "failed", error=f"child run {child_id} {state}: {error}")
             raise ChildFailed(child_id, child_task, state, error)
         timeout = rec.output.get("timeout")  # as stored by the attempt that called it
-        left = None
+        left = wake_at = None
         if timeout is not None:
             assert self.db_now is not None
-            left = (rec.created_at + timedelta(seconds=timeout) - self.db_now).total_seconds()
+            wake_at = rec.created_at + timedelta(seconds=timeout)
+            left = (wake_at - self.db_now).total_seconds()
             if left <= 0:
                 self._time_out_call(name, child_id, timeout)
-        raise Suspend(RunState.WAITING, left, wait_run_id=child_id)
+        raise Suspend(RunState.WAITING, left, wait_run_id=child_id, wake_at=wake_at)
 
     def _time_out_call(self, name: str, child_id: int, timeout: float) -> None:
         """The child did not finish in time: the step fails for good (a replay raises the

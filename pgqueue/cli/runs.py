@@ -58,8 +58,9 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
     app = open_app(dsn, embedded)
     run = app.get_run(run_id)
     errors = app.run_errors(run_id)
+    steps = app.run_steps(run_id)
     if as_json:
-        echo_json(run.to_json() | {"errors": errors, "steps": app.run_steps(run_id)})
+        echo_json(run.to_json() | {"errors": errors, "steps": steps})
         return
     for key, value in run.to_json().items():
         if key in ("progress", "cancel_reason") and value is None:
@@ -68,6 +69,14 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
             json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
         )
         click.echo(f"{key:>17}: {shown}")
+    if steps:
+        click.echo("\nsteps:")
+        for st in steps:
+            took = "" if st["seconds"] is None else f" took {st['seconds']:.3f}s"
+            since = "" if st["started_at"] is None else f" started {st['started_at']:%H:%M:%S}"
+            click.echo(
+                f"  {printable(st['name'])} [{st['state']}] attempt {st['attempt']}{since}{took}"
+            )
     for e in errors:
         click.echo(
             f"\nattempt {e['attempt']} [{printable(str(e['kind']))}] "

@@ -134,6 +134,7 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
             wait_key=exc.wait_key,
             wait_since=exc.wait_since,
             wait_run_id=exc.wait_run_id,
+            wake_at=exc.wake_at,
         )
     if isinstance(exc, LeaseLost):
         held.lost = True
