@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from pgqueue._checks import ValidationError
 from pgqueue.app import App, QueueConfig
-from pgqueue.context import Context
+from pgqueue.context import Context, current
 from pgqueue.errors import (
     ChildFailed,
     ConfigError,
@@ -61,4 +61,5 @@ __all__ = [
     "UserError",
     "ValidationError",
     "__version__",
+    "current",
 ]

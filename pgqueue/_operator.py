@@ -8,14 +8,18 @@ from typing import Any
 import psycopg
 
 from pgqueue import _sql
+from pgqueue._checks import check_key
 from pgqueue._rates import Rate, parse_rate, rate_params
 from pgqueue.runs import check_run_id
 
 Conn = psycopg.Connection[Any]
 
+MAX_REASON_BYTES = 1000  # as pgqueue.cancel() checks it
 
-def cancel(conn: Conn, run_id: int, *, children: bool) -> bool:
-    params = {"id": check_run_id(run_id), "children": children}
+
+def cancel(conn: Conn, run_id: int, *, children: bool, reason: str | None = None) -> bool:
+    check_key("cancel reason", reason, limit=MAX_REASON_BYTES)
+    params = {"id": check_run_id(run_id), "children": children, "reason": reason}
     row = conn.execute(_sql.query("cancel"), params).fetchone()
     return bool(row and row[0])
 

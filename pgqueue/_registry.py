@@ -102,6 +102,7 @@ def register(
     group: str | GroupFn | None = None,
     on_success: Hook | None = None,
     on_failure: Hook | None = None,
+    on_retry: Hook | None = None,
 ) -> Task[Any, Any]:
     """The Task for `fn`, added to app.tasks (named module.qualname unless `name=`)."""
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
@@ -120,6 +121,7 @@ def register(
         group=group,
         on_success=on_success,
         on_failure=on_failure,
+        on_retry=on_retry,
         workflow=workflow,
     )
     app.tasks[task_name] = task

@@ -212,7 +212,8 @@ class App(BulkActions, AsyncApp):
 
         Options: name, queue, priority (lower runs first), max_attempts, timeout (seconds),
         retry (RetryPolicy), validator, group (str or callable of the arguments),
-        on_success(ctx, result), on_failure(ctx, exc).
+        on_success(ctx, result), on_failure(ctx, error), on_retry(ctx, error) after each
+        failed attempt that will be retried.
         """
         if fn is not None:
             return _registry.register(self, fn, workflow=False)
@@ -360,12 +361,13 @@ class App(BulkActions, AsyncApp):
         with self.connection() as c:
             return _inspect.rows(c, "run_errors", {"id": run_id})
 
-    def cancel(self, run_id: int, *, children: bool = False) -> bool:
+    def cancel(self, run_id: int, *, children: bool = False, reason: str | None = None) -> bool:
         """Cancel a run that has not finished; a running one is told to stop, a waiting
-        parent is woken. `children=True` cancels its child runs too. Returns False if the
-        run had already finished."""
+        parent is woken. `children=True` cancels its child runs too. `reason` (at most
+        1,000 bytes) is stored as the run's cancel_reason. Returns False if the run had
+        already finished."""
         with self.connection() as c:
-            return _operator.cancel(c, run_id, children=children)
+            return _operator.cancel(c, run_id, children=children, reason=reason)
 
     def emit_event(
         self,
@@ -552,8 +554,18 @@ class App(BulkActions, AsyncApp):
         return call
 
     def make_context(self, run: Claimed) -> Context:
-        # positional (run_id, task, queue, attempt, max_attempts, args, kwargs): half the
-        # cost of keywords, once per claimed run
+        # positional (run_id, task, queue, attempt, max_attempts, args, kwargs, priority,
+        # group, app, lease): half the cost of keywords, once per claimed run
         return Context(
-            run.id, run.task, run.queue, run.attempt, run.max_attempts, run.args, run.kwargs
+            run.id,
+            run.task,
+            run.queue,
+            run.attempt,
+            run.max_attempts,
+            run.args,
+            run.kwargs,
+            run.priority,
+            run.group_key or None,
+            self,
+            run.lease_token,
         )

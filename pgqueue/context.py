@@ -1,8 +1,14 @@
-"""What a running task can know about itself and, in a workflow, its durable API."""
+"""What a running task can know about itself and, in a workflow, its durable API.
+
+Every attempt runs with its Context as `pgqueue.current()` (a context variable: set in the
+worker thread of a sync task, in the asyncio task of an async one, and copied wherever
+the task's code copies its context, e.g. `asyncio.to_thread`)."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -10,19 +16,47 @@ from typing import TYPE_CHECKING, Any
 from pgqueue._checks import check_seconds
 
 if TYPE_CHECKING:
+    from pgqueue._progress import Progress
+    from pgqueue.app import App
     from pgqueue.runs import RunHandle
     from pgqueue.tasks import Task
     from pgqueue.workflows import Durable
 
 _CANCEL_LOCK = threading.Lock()  # shared: taken only to cancel or to wait for a cancel
+_CURRENT: contextvars.ContextVar[Context] = contextvars.ContextVar("pgqueue.current")
+
+
+def current() -> Context:
+    """The Context of the attempt whose code is running (any task, plain or workflow,
+    sync or async, and its hooks). RuntimeError outside a run."""
+    try:
+        return _CURRENT.get()
+    except LookupError:
+        raise RuntimeError(
+            "pgqueue.current() was called outside a run: only a task's code (and its "
+            "hooks) running in a worker, or under pgqueue.testing.eager, has a Context"
+        ) from None
+
+
+def call_as(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) with `ctx` as pgqueue.current() (in a worker thread)."""
+    token = _CURRENT.set(ctx)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _CURRENT.reset(token)
+        if ctx._progress is not None:
+            ctx._progress.flush()
 
 
 @dataclass(slots=True)
 class Context:
-    """Passed first to `@app.workflow` functions, and to on_success/on_failure hooks.
+    """The running attempt: `pgqueue.current()` in any task, passed first to
+    `@app.workflow` functions and to the on_success/on_failure/on_retry hooks.
 
     `cancelled` turns true when the run was canceled, timed out, lost its lease or the
-    worker is shutting down past its grace period: long sync tasks should check it.
+    worker is shutting down past its grace period: long sync tasks should check it (an
+    async task is cancelled for real, at its next await).
     """
 
     run_id: int
@@ -32,7 +66,12 @@ class Context:
     max_attempts: int
     args: list[Any]
     kwargs: dict[str, Any]
+    priority: int = 0
+    group: str | None = None
+    _app: App | None = field(default=None, repr=False)
+    _lease_token: str | None = field(default=None, repr=False)
     _durable: Durable | None = field(default=None, repr=False)
+    _progress: Progress | None = field(default=None, repr=False)
     # Cancellation: a flag, and an Event made only for a run that waits on it (an Event
     # costs a Lock and a Condition; most runs never wait, and a worker makes one Context
     # per run). Both are set under _CANCEL_LOCK, so a waiter never misses the cancel.
@@ -53,6 +92,24 @@ class Context:
                 event = self._cancel_event = threading.Event()
         return event.wait(timeout)
 
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the run has got: stored as {done, total, message, at} in
+        pgqueue.runs.progress, at most once a second (the latest report wins; the last
+        one is written when the attempt ends), and only while this attempt holds the
+        run's lease. Shown by `pgqueue runs show` and the dashboard."""
+        from pgqueue._progress import Progress, progress_doc
+
+        doc = progress_doc(done, total, message)
+        writer = self._progress
+        if writer is None:
+            writer = self._progress = Progress(self._app, self.run_id, self._lease_token)
+        writer.report(doc)
+
+    @property
+    def last_progress(self) -> dict[str, Any] | None:
+        """The latest report of this attempt (written or still pending), or None."""
+        return None if self._progress is None else self._progress.latest
+
     def _cancel(self) -> None:
         """Turn `cancelled` true and wake whoever waits in wait_cancelled (any thread)."""
         with _CANCEL_LOCK:
@@ -70,10 +127,28 @@ class Context:
             )
         return self._durable
 
-    def step(self, name: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def step(
+        self, name: str, fn: Any, /, *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
         """Run `fn(*args, **kwargs)` once for this run and store its JSON result; on
-        later attempts return the stored result without calling `fn`."""
-        return self.durable.step(name, fn, args, kwargs)
+        later attempts return the stored result without calling `fn`. With `timeout`,
+        TimeoutError if `fn` takes longer (the step fails, and runs again on the next
+        attempt; its thread cannot be stopped and is left to finish). `timeout` is the
+        step's own option: to pass an argument of that name to `fn`, use a lambda."""
+        return self.durable.step(name, fn, args, kwargs, timeout)
+
+    def emit_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        key: str | None = None,
+        payload: Any = None,
+        delay: float | None = None,
+    ) -> int:
+        """Emit an event as a step: once per run, whatever the replays (the event and the
+        step commit together). Returns the event's id."""
+        return self.durable.emit_event(name, event, key, payload, delay)
 
     def sleep(self, name: str, seconds: float | timedelta) -> None:
         """Sleep durably: the worker is freed and the run resumes after `seconds`."""
@@ -92,10 +167,21 @@ class Context:
         payload, or None after `timeout` seconds."""
         return self.durable.wait_for_event(name, event, key, timeout)
 
-    def call(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> Any:
+    def call(
+        self,
+        name: str,
+        task: Task[Any, Any],
+        /,
+        *args: Any,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run `task` as a child run and wait durably for its result (ChildFailed if it
-        fails). Idempotent per parent run and step name."""
-        return self.durable.call(name, task, args, kwargs)
+        fails). Idempotent per parent run and step name. With `timeout`, TimeoutError
+        once the child has not finished that many seconds after this call first began
+        (the database's clock, across attempts and crashes): the child is canceled, and
+        every later replay raises the same TimeoutError."""
+        return self.durable.call(name, task, args, kwargs, timeout)
 
     def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
         """Start `task` as a child run without waiting. Idempotent per run and name."""

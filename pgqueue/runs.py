@@ -44,6 +44,9 @@ class Run:
     finished_at: datetime | None
     worker_id: uuid.UUID | None
     lease_expires_at: datetime | None
+    # {done, total, message, at} of the latest ctx.progress() report
+    progress: dict[str, Any] | None = None
+    cancel_reason: str | None = None  # app.cancel(id, reason=...)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from pgqueue import _validators
 from pgqueue._checks import (
     ValidationError,
     check_key,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-Validator = Callable[..., Any]
+Validator = _validators.Validator
 Hook = Callable[..., Any]
 GroupFn = Callable[..., str | None]
 
@@ -98,6 +99,7 @@ class Task(Generic[P, R]):
         on_success: Hook | None,
         on_failure: Hook | None,
         workflow: bool,
+        on_retry: Hook | None = None,
     ) -> None:
         self.name = check_name("task", name)
         try:
@@ -118,6 +120,7 @@ class Task(Generic[P, R]):
         self.group = group
         self.on_success = on_success
         self.on_failure = on_failure
+        self.on_retry = on_retry
         self.workflow = workflow
         self.is_async = inspect.iscoroutinefunction(fn)
         if workflow and self.is_async:
@@ -162,23 +165,21 @@ class Task(Generic[P, R]):
 
     # -- used by enqueue and by the worker ------------------------------------------
 
-    def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Check arity, then the user's validator. Raises TypeError / ValidationError."""
+    def validate(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[Sequence[Any], Mapping[str, Any]]:
+        """Check arity, then the user's validator; return the arguments the task gets
+        (the validator's values, see pgqueue._validators). Raises TypeError /
+        ValidationError."""
         if self.validator is None and self.arity.accepts(args, kwargs):
-            return
+            return args, kwargs
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise InvalidArguments(f"task {self.name!r}: {exc}") from None
         if self.validator is None:
-            return
-        try:
-            if _is_pydantic_model(self.validator):
-                self.validator.model_validate(dict(bound.arguments))  # type: ignore[attr-defined]
-            else:
-                self.validator(*args, **kwargs)
-        except (ValueError, TypeError, AssertionError) as exc:
-            raise ValidationError(f"invalid arguments for task {self.name!r}: {exc}") from None
+            return args, kwargs
+        return _validators.apply(self.name, self.validator, bound, args, kwargs)
 
     def group_for(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
         if self.group is None or isinstance(self.group, str):
@@ -203,7 +204,7 @@ class Task(Generic[P, R]):
             group=group,
         )
 
-    def run_ctx_args(self, ctx: Context, args: list[Any]) -> list[Any]:
+    def run_ctx_args(self, ctx: Context, args: Sequence[Any]) -> Sequence[Any]:
         return [ctx, *args] if self.workflow else args
 
 
@@ -245,10 +246,6 @@ class BoundTask(Generic[P, R]):
 
     def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> RunBatch:
         return RunBatch.build(self.task, self.opts, items)
-
-
-def _is_pydantic_model(obj: Any) -> bool:
-    return isinstance(obj, type) and hasattr(obj, "model_validate")
 
 
 __all__ = [

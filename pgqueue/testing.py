@@ -30,7 +30,7 @@ from psycopg.rows import dict_row
 
 from pgqueue import _json, _sql
 from pgqueue.app import App
-from pgqueue.context import Context
+from pgqueue.context import _CURRENT, Context, call_as
 from pgqueue.errors import UserError
 from pgqueue.runs import Run, RunHandle, outcome
 from pgqueue.states import RunState
@@ -308,7 +308,7 @@ def _run_eagerly(app: App, log: _EagerLog, row: RunRow, propagate: bool) -> Eage
         return earlier
     task, ctx, args, kwargs = _prepare(app, log, row)
     try:
-        result = _call_sync(task.fn, task.run_ctx_args(ctx, args), kwargs)
+        result = call_as(ctx, _call_sync, task.fn, task.run_ctx_args(ctx, args), kwargs)
     except Exception as exc:
         return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
     return _finish(app, log, task, ctx, row, result=result, propagate=propagate)
@@ -320,6 +320,7 @@ async def _run_eagerly_async(
     if (earlier := log.by_key(app, row)) is not None:
         return earlier
     task, ctx, args, kwargs = _prepare(app, log, row)
+    token = _CURRENT.set(ctx)
     try:
         if task.is_async:
             result = await task.fn(*args, **kwargs)
@@ -327,6 +328,8 @@ async def _run_eagerly_async(
             result = task.fn(*task.run_ctx_args(ctx, args), **kwargs)
     except Exception as exc:
         return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
+    finally:
+        _CURRENT.reset(token)
     return _finish(app, log, task, ctx, row, result=result, propagate=propagate)
 
 
@@ -343,8 +346,11 @@ def _prepare(
         max_attempts=row.max_attempts,
         args=args,
         kwargs=kwargs,
+        priority=row.priority,
+        group=row.group_key or None,
     )
-    return task, ctx, args, kwargs
+    call_args, call_kwargs = task.validate(args, kwargs)  # the validator's values
+    return task, ctx, list(call_args), dict(call_kwargs)
 
 
 def _finish(

@@ -8,14 +8,17 @@ App's pool, fenced by the lease the worker holds.
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
-from pgqueue import _json, _sql
+from pgqueue import _enqueue, _json, _sql
 from pgqueue._checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 from pgqueue.errors import LeaseLost, UserError
 from pgqueue.states import RunState
@@ -41,10 +44,14 @@ class Suspend(BaseException):
         wait_key: str | None = None,
         wait_since: datetime | None = None,
         wait_run_id: int | None = None,
+        wake_at: datetime | None = None,
     ) -> None:
         super().__init__(state)
         self.state = state
         self.delay = delay
+        # when the wait ends, on the database's clock: the run's run_at is set to it
+        # exactly, not to the completion's now() + delay (a few milliseconds later)
+        self.wake_at = wake_at
         self.wait_event = wait_event
         self.wait_key = wait_key
         self.wait_since = wait_since
@@ -109,8 +116,10 @@ class Durable:
         output: str | None = None,
         error: str | None = None,
         started_at: datetime | None = None,
+        conn: Any = None,
     ) -> StepRecord:
-        """Store a step (fenced by the lease); raises LeaseLost if the lease is gone."""
+        """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
+        LeaseLost if the lease is gone."""
         params = {
             "run_id": self.run_id,
             "lease_token": self.lease_token,
@@ -123,8 +132,8 @@ class Durable:
             # a wait's spec stays in steps.waited once the output holds what it returned
             "waited": output if state == "waiting" else None,
         }
-        with self.app.connection() as conn:
-            row = conn.execute(_sql.query("record_step"), params).fetchone()
+        with self.app.connection(conn) as c:
+            row = c.execute(_sql.query("record_step"), params).fetchone()
         if row is None:
             raise LeaseLost(
                 f"run {self.run_id} is no longer held by this worker; "
@@ -140,14 +149,28 @@ class Durable:
 
     # -- the operations ----------------------------------------------------------------
 
-    def step(self, name: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def step(
+        self,
+        name: str,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+    ) -> Any:
+        if timeout is not None:
+            timeout = check_seconds("step timeout", timeout, zero=False)
         name = self.unique_name(name)
         done = self.get(name)
         if done is not None and done.state == "succeeded":
             return done.output
         started = datetime.now().astimezone()
+        # visible while its body runs: `pgqueue runs show`, the dashboard, pgqueue.steps
+        self.record(name, "running", started_at=started)
         try:
-            result = fn(*args, **kwargs)
+            if timeout is None:
+                result = fn(*args, **kwargs)
+            else:
+                result = _within(name, timeout, fn, args, kwargs)
         except Exception as exc:
             self.record(name, "failed", error=f"{type(exc).__name__}: {exc}", started_at=started)
             raise
@@ -159,6 +182,22 @@ class Durable:
         )
         self.record(name, "succeeded", output=text, started_at=started)
         return _json.loads(text)  # the same value a replay will return
+
+    def emit_event(
+        self, name: str, event: str, key: str | None, payload: Any, delay: float | None
+    ) -> int:
+        """Emit an event once for this run: the event and its step commit together, so a
+        replay (or a retry after a crash) returns the stored event id and emits nothing."""
+        params = _enqueue.event_params(self.app, event, key, payload, delay)
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == "succeeded":
+            return int(rec.output["event_id"])
+        with self.app.connection() as conn, conn.transaction():
+            event_id = _enqueue.emit_event(conn, params)
+            out = _json.dumps({"event_id": event_id}, what="emit_event")
+            self.record(name, "succeeded", output=out, conn=conn)  # LeaseLost: rolled back
+        return event_id
 
     def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
         name = self.unique_name(name)
@@ -178,7 +217,7 @@ class Durable:
         if left <= 0:
             self.record(name, "succeeded", output=_json.dumps(spec, what="sleep"))
             return
-        raise Suspend(RunState.SCHEDULED, left)
+        raise Suspend(RunState.SCHEDULED, left, wake_at=wake_at)
 
     def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
         check_name("event", event)
@@ -197,36 +236,51 @@ class Durable:
             row = conn.execute(
                 _sql.query("find_event"), {"event": event, "key": key or "", "since": since}
             ).fetchone()
-        if row is not None:
+        if row is not None and row[1]:
             self.record(name, "succeeded", output=_json.dumps(row[0], what="event payload"))
             return row[0]
         assert self.db_now is not None
-        left = (
-            None
-            if timeout is None
-            else (since + timedelta(seconds=timeout) - self.db_now).total_seconds()
-        )
+        wake_at = None if timeout is None else since + timedelta(seconds=timeout)
+        left = None if wake_at is None else (wake_at - self.db_now).total_seconds()
         if left is not None and left <= 0:
             self.record(name, "succeeded", output="null")
             return None
+        if row is not None and (left is None or row[2] < left):
+            # a delayed event is on its way: wait until it is due
+            left, wake_at = max(0.0, row[2]), row[3]
         raise Suspend(
-            RunState.WAITING, left, wait_event=event, wait_key=key or "", wait_since=since
+            RunState.WAITING,
+            left,
+            wait_event=event,
+            wait_key=key or "",
+            wait_since=since,
+            wake_at=wake_at,
         )
 
     def call(
-        self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        name: str,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
     ) -> Any:
         from pgqueue.errors import ChildFailed
 
+        if timeout is not None:
+            timeout = check_seconds("call timeout", timeout, zero=False)
         name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == "succeeded":
             return rec.output
+        if rec is not None and rec.state == "failed" and (rec.output or {}).get("timed_out"):
+            raise TimeoutError(rec.error)  # as the attempt that timed out saw it
         if rec is not None and rec.state == "waiting":
             child_id = int(rec.output["run_id"])
         else:
             child_id = self._enqueue_child(name, task, args, kwargs).id
-            self.record(name, "waiting", output=_json.dumps({"run_id": child_id}, what="call"))
+            spec = {"run_id": child_id, "timeout": timeout}
+            rec = self.record(name, "waiting", output=_json.dumps(spec, what="call"))
         with self.app.connection() as conn:
             row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
         assert row is not None, f"child run {child_id} disappeared"
@@ -237,7 +291,26 @@ class Durable:
         if state in (RunState.FAILED, RunState.CANCELED):
             self.record(name, "failed", error=f"child run {child_id} {state}: {error}")
             raise ChildFailed(child_id, child_task, state, error)
-        raise Suspend(RunState.WAITING, None, wait_run_id=child_id)
+        timeout = rec.output.get("timeout")  # as stored by the attempt that called it
+        left = wake_at = None
+        if timeout is not None:
+            assert self.db_now is not None
+            wake_at = rec.created_at + timedelta(seconds=timeout)
+            left = (wake_at - self.db_now).total_seconds()
+            if left <= 0:
+                self._time_out_call(name, child_id, timeout)
+        raise Suspend(RunState.WAITING, left, wait_run_id=child_id, wake_at=wake_at)
+
+    def _time_out_call(self, name: str, child_id: int, timeout: float) -> None:
+        """The child did not finish in time: the step fails for good (a replay raises the
+        same TimeoutError), and the child is canceled, saying why."""
+        message = f"child run {child_id} of step {name!r} did not finish within {timeout:g}s"
+        out = _json.dumps({"run_id": child_id, "timeout": timeout, "timed_out": True}, what="call")
+        reason = f"parent run {self.run_id} stopped waiting: {message}"
+        with self.app.connection() as conn, conn.transaction():
+            self.record(name, "failed", output=out, error=message, conn=conn)
+            conn.execute(_sql.query("cancel"), {"id": child_id, "children": True, "reason": reason})
+        raise TimeoutError(message)
 
     def spawn(
         self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -257,3 +330,29 @@ class Durable:
     ) -> RunHandle:
         key = CHILD_KEY.format(parent=self.run_id, name=name)
         return task.options(idempotency_key=key, parent_id=self.run_id).enqueue(*args, **kwargs)
+
+
+def _within(
+    name: str, timeout: float, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """fn(*args, **kwargs) in a thread of its own (with the caller's context), waited for
+    up to `timeout` seconds: TimeoutError after that. A thread cannot be stopped: a step
+    that timed out is left to finish on its own, and what it returns is dropped."""
+    box: list[tuple[bool, Any]] = []
+    context = contextvars.copy_context()
+
+    def body() -> None:
+        try:
+            box.append((True, context.run(fn, *args, **kwargs)))
+        except BaseException as exc:  # handed to the workflow's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=body, name=f"pgqueue-step-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise TimeoutError(f"step {name!r} did not finish within {timeout:g}s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value

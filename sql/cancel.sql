@@ -1,1 +1,1 @@
-SELECT pgqueue.cancel(%(id)s, %(children)s) AS canceled
+SELECT pgqueue.cancel(%(id)s, %(children)s, %(reason)s) AS canceled

@@ -14,11 +14,11 @@ WITH outcome AS (
     -- result of JSON null stays jsonb 'null' (an absent result is SQL NULL).
     SELECT o.id, o.lease_token, o.state, o.result -> 0 AS result, o.error, o.error_kind,
            o.traceback, o.delay, coalesce(o.refund, false) AS refund, o.wait_event,
-           o.wait_key, o.wait_since, o.wait_run_id
+           o.wait_key, o.wait_since, o.wait_run_id, o.wake_at
     FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS o (
         id bigint, lease_token uuid, state text, result jsonb, error text, error_kind text,
         traceback text, delay double precision, refund boolean, wait_event text,
-        wait_key text, wait_since timestamptz, wait_run_id bigint)
+        wait_key text, wait_since timestamptz, wait_run_id bigint, wake_at timestamptz)
 ),
 resolved AS (
     SELECT o.*,
@@ -56,13 +56,14 @@ general AS (
            result = o.result,
            error = o.error,
            attempt = r.attempt - o.refund::integer,
+           -- a durable wait's end exactly (wake_at), else now() + delay; NULL: none
            run_at = CASE WHEN o.next_state IN ('scheduled', 'waiting')
-                         THEN coalesce(now() + o.delay * interval '1 second',
-                                       '9999-12-31 00:00:00+00')  -- no deadline
-                         WHEN o.next_state = 'queued' THEN now()
-                         ELSE r.run_at END,
+               THEN coalesce(o.wake_at, now() + o.delay * interval '1 second',
+                   '9999-12-31 00:00:00+00')
+               WHEN o.next_state = 'queued' THEN now()
+               ELSE r.run_at END,
            finished_at = CASE WHEN o.next_state IN ('succeeded', 'failed', 'canceled')
-                              THEN now() END,
+               THEN now() END,
            wait_event = o.wait_event,
            wait_key = o.wait_key,
            wait_since = o.wait_since,

@@ -1,7 +1,8 @@
 -- Record a step, fenced by the lease: the run row is share-locked while the lease is
 -- valid, so a rescue cannot slip in between the check and the write. A succeeded step
--- is never overwritten; what a step waited for (waited) is kept once set. Returns nothing
--- if the lease is gone.
+-- is never overwritten. A step is 'running' while its body runs, 'waiting' while the run
+-- waits on it (neither has finished); what a step waited for (waited) is kept once set.
+-- Returns nothing if the lease is gone.
 WITH lease AS (
     SELECT id
     FROM pgqueue.runs
@@ -12,7 +13,7 @@ WITH lease AS (
 INSERT INTO pgqueue.steps AS s (run_id, name, state, output, error, attempt, started_at,
                                 finished_at, waited)
 SELECT id, %(name)s, %(state)s, %(output)s::jsonb, %(error)s, %(attempt)s, %(started_at)s,
-       CASE WHEN %(state)s = 'waiting' THEN NULL ELSE now() END, %(waited)s::jsonb
+       CASE WHEN %(state)s IN ('waiting', 'running') THEN NULL ELSE now() END, %(waited)s::jsonb
 FROM lease
 ON CONFLICT (run_id, name) DO UPDATE
    SET state = EXCLUDED.state, output = EXCLUDED.output, error = EXCLUDED.error,

@@ -640,3 +640,26 @@ def test_why_rate_limits_and_ordered_groups(
     )
     later = enqueue(conn, queue="feed", group_key="acct", limited=True)
     assert why(web, later) == [f"ordered group acct: waits for run {first} to finish"]
+
+
+def test_the_run_page_shows_progress_and_the_cancel_reason(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    run_id = running(conn, "default")
+    progress = {"done": 40, "total": 200, "message": "page 40", "at": "2026-01-01"}
+    conn.execute(
+        "UPDATE pgqueue.runs SET progress = %s, lease_expires_at = now() + interval '1 hour' "
+        "WHERE id = %s",
+        (Jsonb(progress), run_id),
+    )
+    page = web.get(f"/runs/{run_id}").text
+    assert re.search(r'id="progress".*40.* of 200.*page 40', page)
+    assert web.get(f"/api/runs/{run_id}").json()["progress"]["message"] == "page 40"
+    app = pgqueue.App(conn.info.dsn)
+    try:
+        assert app.cancel(run_id, reason="operator <b>stop</b>")
+    finally:
+        app.close()
+    page = web.get(f"/runs/{run_id}").text
+    assert "operator &lt;b&gt;stop&lt;/b&gt;" in page and 'id="cancel-reason"' in page
+    assert web.get(f"/api/runs/{run_id}").json()["cancel_reason"] == "operator <b>stop</b>"

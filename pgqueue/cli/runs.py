@@ -59,12 +59,28 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
     app = open_app(dsn, embedded)
     run = app.get_run(run_id)
     errors = app.run_errors(run_id)
+    steps = app.run_steps(run_id)
     if as_json:
-        echo_json(run.to_json() | {"errors": errors, "steps": app.run_steps(run_id)})
+        echo_json(run.to_json() | {"errors": errors, "steps": steps})
         return
     for key, value in run.to_json().items():
-        shown = json.dumps(value) if key in ("args", "kwargs", "result") else cell(value)
+        if key in ("progress", "cancel_reason") and value is None:
+            continue
+        shown = (
+            json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
+        )
         click.echo(f"{key:>17}: {shown}")
+    if steps:
+        click.echo("\nsteps:")
+        for st in steps:
+            took = "" if st["seconds"] is None else f" took {seconds_text(st['seconds'])}"
+            since = "" if st["started_at"] is None else f" started {st['started_at']:%H:%M:%S}"
+            waited = wait_text(st)
+            click.echo(
+                f"  {printable(st['name'])} [{st['state']}] attempt {st['attempt']}{since}{took}"
+                + (f": {waited}" if waited else "")
+                + (f": {printable(st['error'])}" if st["error"] else "")
+            )
     for e in errors:
         click.echo(
             f"\nattempt {e['attempt']} [{printable(str(e['kind']))}] "
@@ -72,36 +88,36 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         )
         if e["traceback"]:
             click.echo(printable(e["traceback"].rstrip(), lines=True))
-    for step in app.run_steps(run_id):
-        waited = wait_text(step)
-        click.echo(
-            f"\nstep {printable(step['name'])} [{step['state']}] attempt {step['attempt']}"
-            + (f", {seconds_text(step['seconds'])}" if step["seconds"] is not None else "")
-            + (f": {waited}" if waited else "")
-            + (f": {printable(step['error'])}" if step["error"] else "")
-        )
 
 
 @runs.command("cancel")
 @db_options
 @click.argument("run_id", type=int, required=False)
 @click.option("--children", is_flag=True, help="Cancel its child runs too (one run only).")
+@click.option("--reason", help="Why: stored with the run and shown everywhere (one run only).")
 @_bulk.filter_options
 def runs_cancel(
-    dsn: str | None, embedded: bool, run_id: int | None, children: bool, **bulk: Any
+    dsn: str | None,
+    embedded: bool,
+    run_id: int | None,
+    children: bool,
+    reason: str | None,
+    **bulk: Any,
 ) -> None:
     """Cancel a run that has not finished (a running one is told to stop), or every
     unfinished run that matches the filters: prints how many and asks first (--yes:
     don't ask)."""
     app = open_app(dsn, embedded)
     if run_id is None:
+        if reason is not None:
+            fail("--reason goes with one run id (pgqueue runs cancel ID --reason TEXT)")
         yes, size = bulk.pop("yes"), bulk.pop("batch_size")
         _bulk.run(app, "cancel", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
         return
     _no_filters(bulk)
     app.get_run(run_id)
-    if app.cancel(run_id, children=children):
-        click.echo(f"run {run_id} canceled")
+    if app.cancel(run_id, children=children, reason=reason):
+        click.echo(f"run {run_id} canceled" + (f": {printable(reason)}" if reason else ""))
     else:
         fail(f"run {run_id} has already finished; nothing to cancel")
 

@@ -293,7 +293,8 @@ def bulk(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
 
 
 def cancel(conn: psycopg.Connection[Any], run_id: int) -> bool:
-    row = conn.execute(_sql.query("cancel"), {"id": run_id, "children": False}).fetchone()
+    params = {"id": run_id, "children": False, "reason": None}
+    row = conn.execute(_sql.query("cancel"), params).fetchone()
     return bool(row and row[0])
 
 

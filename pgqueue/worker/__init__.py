@@ -200,6 +200,7 @@ class Worker:
         limits = QueueLimits(pool)
         executor.permits.open(pool, limits)
         self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
+        self.completer.deferred = self.stager.nudge  # a sleep or backoff was written
         self.listener = Listener(
             self.app.dsn,
             pool,
@@ -208,6 +209,7 @@ class Worker:
             producer.wake,
             executor.lose,
             limits.refresh,
+            due=self.stager.nudge,
         )
         await limits.refresh()
         duties = [

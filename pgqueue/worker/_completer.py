@@ -46,6 +46,7 @@ class Outcome:
     wait_key: str | None = None
     wait_since: datetime | None = None
     wait_run_id: int | None = None
+    wake_at: datetime | None = None  # a durable wait's end, exactly (else now() + delay)
 
 
 # Told, once an outcome is written (True) or fenced out (False): a future someone awaits,
@@ -85,6 +86,10 @@ class Completer:
         self.unwritten = 0  # outcomes handed in and not settled yet
         self._settled = asyncio.Event()  # set whenever unwritten is 0
         self._settled.set()
+        # told after a batch that made runs scheduled or waiting (a durable sleep, a
+        # backoff, a wait with a deadline): the stager looks at its next due time again
+        self.deferred: Callable[[], None] | None = None
+        self._deferred_pending = False
 
     async def submit(self, outcome: Outcome) -> bool:
         """Queue the outcome for the next batch; True once written, False if fenced out."""
@@ -98,6 +103,8 @@ class Completer:
         self._add(outcome, held)
 
     def _add(self, outcome: Outcome, settle: Settle) -> None:
+        if outcome.state in DEFERRED:
+            self._deferred_pending = True
         self._pending.append((outcome, settle))
         self.unwritten += 1
         self._settled.clear()
@@ -114,10 +121,13 @@ class Completer:
             batch, self._pending = self._pending, []
             if not batch:
                 continue
+            deferred, self._deferred_pending = self._deferred_pending, False
             ids = await self._write_with_retry([o for o, _ in batch])
             # Runs that left `running` gave their permits back: a claim of a limited
             # queue that found no room a moment ago may find some now.
             self.wrote()
+            if deferred and self.deferred is not None:
+                self.deferred()
             tell = self.written
             for outcome, settle in batch:
                 done = outcome.id in ids
@@ -224,6 +234,8 @@ def document(outcomes: Iterable[Outcome]) -> str:
             fields["wait_since"] = o.wait_since.isoformat()
         if o.wait_run_id is not None:
             fields["wait_run_id"] = int(o.wait_run_id)
+        if o.wake_at is not None:
+            fields["wake_at"] = o.wake_at.isoformat()
         text = _encode(fields)
         if o.result is not None:
             text = f'{text[:-1]},"result":[{o.result}]}}'

@@ -66,4 +66,8 @@ class Service:
                 failures += 1
                 delay = min(5.0, 0.2 * 2**failures)
                 log.exception("%s failed; retrying in %.1fs", self.name, delay)
-            await asyncio.sleep(delay)
+            await self.pause(delay)
+
+    async def pause(self, delay: float) -> None:
+        """Between two ticks (a duty that can be woken early overrides it)."""
+        await asyncio.sleep(delay)

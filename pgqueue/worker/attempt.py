@@ -8,13 +8,13 @@ import contextvars
 import functools
 import logging
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import _json
 from pgqueue._checks import ValidationError
-from pgqueue.context import Context
+from pgqueue.context import _CURRENT, Context, call_as
 from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
 from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.states import RunState
@@ -97,8 +97,12 @@ def failure(
     return Outcome(held.id, held.lease_token, FAILED, error=message, error_kind=kind, traceback=tb)
 
 
-def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outcome | None:
-    """The failure of an attempt that cannot start (unknown task, invalid arguments)."""
+Arguments = tuple[Sequence[Any], Mapping[str, Any]]
+
+
+def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outcome | Arguments:
+    """The arguments the task is called with (its validator's values), or the failure of
+    an attempt that cannot start (unknown task, invalid arguments)."""
     row = held.row
     if task is None:
         return failure(
@@ -109,10 +113,9 @@ def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outco
             retry=DEFAULT_RETRY,
         )
     try:
-        task.validate(row.args, row.kwargs)
+        return task.validate(row.args, row.kwargs)
     except (TypeError, ValidationError) as exc:
         return failure(held, "invalid_arguments", exc, retry=None, with_traceback=False)
-    return None
 
 
 def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | None:
@@ -131,6 +134,7 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
             wait_key=exc.wait_key,
             wait_since=exc.wait_since,
             wait_run_id=exc.wait_run_id,
+            wake_at=exc.wake_at,
         )
     if isinstance(exc, LeaseLost):
         held.lost = True
@@ -171,16 +175,22 @@ def _returned(executor: Executor, held: Held, task: Task[Any, Any], result: Any)
 async def attempt(executor: Executor, held: Held) -> Outcome | None:
     """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
     task = executor.app.tasks.get(held.row.task)
-    refused = _check(executor, held, task)
-    if refused is not None or task is None:
-        return refused
+    checked = _check(executor, held, task)
+    if type(checked) is Outcome or task is None:
+        return checked  # type: ignore[return-value]
+    args, kwargs = checked  # type: ignore[misc]
     try:
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
-            args = task.run_ctx_args(held.ctx, held.row.args)
-            coro = task.fn(*args, **held.row.kwargs)
-            result = await _await_async(executor, held, coro, held.row.timeout_seconds)
+            # this attempt's own asyncio task (Executor.execute): its own context
+            _CURRENT.set(held.ctx)
+            coro = task.fn(*task.run_ctx_args(held.ctx, args), **kwargs)
+            try:
+                result = await _await_async(executor, held, coro, held.row.timeout_seconds)
+            finally:
+                if held.ctx._progress is not None and held.ctx._progress.dirty:
+                    await asyncio.to_thread(held.ctx._progress.flush)
         else:
-            result = await _invoke_in_thread(executor, held, task)
+            result = await _invoke_in_thread(executor, held, task, args, kwargs)
     except asyncio.CancelledError:
         if held.lost or held.released:
             return None
@@ -207,6 +217,7 @@ def in_thread(task: Task[Any, Any] | None) -> bool:
         and not task.is_async
         and task.on_success is None
         and task.on_failure is None
+        and task.on_retry is None
     )
 
 
@@ -215,18 +226,26 @@ def attempt_in_thread(executor: Executor, held: Held, task: Task[Any, Any]) -> O
     no asyncio task or future per run, and the outcome built off the event loop. Its
     timeout is kept by the loop (Executor.time_out), which writes the failure while this
     thread runs on. None means: write nothing."""
-    refused = _check(executor, held, task)
-    if refused is not None:
-        return refused
+    checked = _check(executor, held, task)
+    if type(checked) is Outcome:
+        return checked
+    args, kwargs = checked  # type: ignore[misc]
     try:
-        result = _call(executor, held, task)()
+        result = _call(executor, held, task, args, kwargs)()
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this run's failure
         return raised(held, task, exc)
     return _returned(executor, held, task, result)
 
 
-def _call(executor: Executor, held: Held, task: Task[Any, Any]) -> Callable[[], Any]:
-    """A sync task's call for this attempt, inside the app's sync wrappers."""
+def _call(
+    executor: Executor,
+    held: Held,
+    task: Task[Any, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Callable[[], Any]:
+    """A sync task's call for this attempt, inside the app's sync wrappers, with its
+    Context as pgqueue.current() (and its last progress report written at the end)."""
     if task.workflow:
         held.ctx._durable = Durable(
             executor.app,
@@ -235,19 +254,26 @@ def _call(executor: Executor, held: Held, task: Task[Any, Any]) -> Callable[[], 
             held.row.attempt,
             has_steps=held.row.has_steps,
         )
-    args = task.run_ctx_args(held.ctx, held.row.args)
-    call = functools.partial(task.fn, *args, **held.row.kwargs)
+    call = functools.partial(
+        call_as, held.ctx, task.fn, *task.run_ctx_args(held.ctx, args), **kwargs
+    )
     app = executor.app
     if app.tracing is not None:  # a thread of the pool: in the attempt span's context
         call = functools.partial(contextvars.copy_context().run, call)
     return app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
 
 
-async def _invoke_in_thread(executor: Executor, held: Held, task: Task[Any, Any]) -> Any:
+async def _invoke_in_thread(
+    executor: Executor,
+    held: Held,
+    task: Task[Any, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Any:
     """A sync task with a hook (attempt_in_thread runs those without one): the call in a
     thread, awaited here."""
     timeout = held.row.timeout_seconds
-    held.invocation = executor.threads.submit(_call(executor, held, task))
+    held.invocation = executor.threads.submit(_call(executor, held, task, args, kwargs))
     if timeout is None:
         return await held.invocation  # nothing cancels the attempt's asyncio task
     # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
@@ -307,23 +333,38 @@ def _expire(executor: Executor, held: Held, timeout: float) -> None:
     executor.timed_out(held, outcome)
 
 
+def hook_for(task: Task[Any, Any], outcome: Outcome) -> tuple[str, Any] | None:
+    """The hook that follows `outcome` once written, if the task has it: on_success and
+    on_failure after the last attempt, on_retry after a failed one that will be retried
+    (a failure rescheduled; not a RetryAfter or a durable wait, which fail nothing)."""
+    state = outcome.state
+    if state == SUCCEEDED:
+        return None if task.on_success is None else ("on_success", task.on_success)
+    if state == FAILED:
+        return None if task.on_failure is None else ("on_failure", task.on_failure)
+    if state == SCHEDULED and outcome.error_kind is not None and task.on_retry is not None:
+        return "on_retry", task.on_retry
+    return None
+
+
 async def run_hook(executor: Executor, held: Held, outcome: Outcome) -> None:
-    """on_success / on_failure, once the terminal write is confirmed. Their errors are
-    logged and never change the run's outcome."""
+    """on_success / on_failure / on_retry, once the outcome's write is confirmed. Their
+    errors are logged and never change the run's outcome."""
     task = executor.app.tasks.get(held.row.task)
-    if task is None:
+    found = None if task is None else hook_for(task, outcome)
+    if task is None or found is None:
         return
-    if outcome.state == SUCCEEDED and task.on_success is not None:
-        hook, value = task.on_success, _json.loads(outcome.result or "null")
-    elif outcome.state == FAILED and task.on_failure is not None:
-        hook, value = task.on_failure, outcome.error
-    else:
-        return
+    which, hook = found
+    value = _json.loads(outcome.result or "null") if which == "on_success" else outcome.error
     try:
         if asyncio.iscoroutinefunction(hook):
-            await hook(held.ctx, value)
+            token = _CURRENT.set(held.ctx)
+            try:
+                await hook(held.ctx, value)
+            finally:
+                _CURRENT.reset(token)
         else:
-            call = functools.partial(hook, held.ctx, value)
+            call = functools.partial(call_as, held.ctx, hook, held.ctx, value)
             app = executor.app
             await executor.threads.submit(
                 app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
@@ -334,6 +375,6 @@ async def run_hook(executor: Executor, held: Held, outcome: Outcome) -> None:
         log.exception(
             "run %s: %s hook of task %s raised (the run's outcome stands)",
             held.id,
-            "on_success" if outcome.state == SUCCEEDED else "on_failure",
+            which,
             task.name,
         )

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pgqueue.states import TERMINAL_STATES
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection
 from pgqueue.worker._claimed import Claimed
@@ -103,7 +102,7 @@ class Executor:
                     await self.permits.keep(held)
                 written = await self.completer.submit(outcome)
                 self.written(held, outcome, written)
-                if written and outcome.state in TERMINAL_STATES:
+                if written:
                     await _attempt.run_hook(self, held, outcome)
             inv = held.invocation
             stopping = self.stopping is not None and self.stopping.is_set()
@@ -137,15 +136,13 @@ class Executor:
     async def _write_then_hook(self, held: Held, outcome: Outcome) -> None:
         written = await self.completer.submit(outcome)
         self.written(held, outcome, written)
-        if written and outcome.state in TERMINAL_STATES:
+        if written:
             await _attempt.run_hook(self, held, outcome)
 
     def hooked(self, held: Held, outcome: Outcome) -> bool:
-        """A hook of the run's task may follow this outcome's write."""
-        if outcome.state not in TERMINAL_STATES:
-            return False
+        """A hook of the run's task follows this outcome's write."""
         task = self.app.tasks.get(held.row.task)
-        return task is not None and (task.on_success is not None or task.on_failure is not None)
+        return task is not None and _attempt.hook_for(task, outcome) is not None
 
     # -- sync attempts, wholly in their thread -----------------------------------------
 

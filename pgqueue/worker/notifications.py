@@ -9,6 +9,8 @@ pgqueue_queued  wakes the claim loop (an event: a thousand wake-ups are one clai
 pgqueue_cancel  the runs named are checked in one statement (sql/leases_held.sql) and
                 only those no longer leased to this worker are stopped
 pgqueue_config  the queues' limits are read again, at most once per CONFIG_EVERY
+pgqueue_due     the stager looks at its queues' due times again (a delayed event was
+                emitted: its waiters are due when it is)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger("pgqueue.worker")
 QUEUED = "pgqueue_queued"
 CANCEL = "pgqueue_cancel"
 CONFIG = "pgqueue_config"
+DUE = "pgqueue_due"
 
 # How long the cancel checker waits after a first cancel before it looks: the rest of a
 # burst (pgqueue.cancel of a tree notifies once per run) lands in the same look.
@@ -56,6 +59,7 @@ class Listener:
         wake: Callable[[], None],
         lose: Callable[[int, str], None],
         refresh_limits: Callable[[], Coroutine[Any, Any, None]],
+        due: Callable[[], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.pool = pool
@@ -64,6 +68,7 @@ class Listener:
         self.wake = wake
         self.lose = lose
         self.refresh_limits = refresh_limits
+        self.due = due
         self.connected = asyncio.Event()
         self._cancels: set[int] = set()
         self._check_all = False
@@ -92,6 +97,7 @@ class Listener:
                     await conn.execute(f"LISTEN {QUEUED}")
                     await conn.execute(f"LISTEN {CANCEL}")
                     await conn.execute(f"LISTEN {CONFIG}")
+                    await conn.execute(f"LISTEN {DUE}")
                     self.connected.set()
                     failures = 0
                     self.wake()  # anything enqueued while we were not listening
@@ -103,6 +109,8 @@ class Listener:
                             self.cancel_hint(note.payload)
                         elif note.channel == CONFIG and note.payload in served:
                             self._config_hint.set()
+                        elif note.channel == DUE and note.payload in served and self.due:
+                            self.due()
             except asyncio.CancelledError:
                 raise
             except DB_ERRORS as exc:

@@ -1,18 +1,20 @@
 -- Cancel a run that has not finished; with `children`, its unfinished child runs too. A
--- waiting parent of a canceled run is woken. False if the run had already finished.
+-- waiting parent of a canceled run is woken. `reason` (at most 1,000 bytes) is stored in
+-- cancel_reason of every run it cancels. False if the run had already finished.
 --
 -- A canceled run of a limited queue whose attempt is running keeps that attempt's permit
 -- (pgqueue.zombie_permits) until its worker sees the attempt's code end: a sync task's
 -- thread cannot be stopped, and without this row the queue would start another body
 -- while it runs on. The worker deletes the row when the code returns (the lease keeper
 -- sweeps any it no longer runs); the row counts only while that worker beats, as a lease.
-CREATE OR REPLACE FUNCTION pgqueue.cancel(run_id bigint, children boolean DEFAULT false) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgqueue.cancel(run_id bigint, children boolean DEFAULT false, reason text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     r record;
     found_any boolean := false;
 BEGIN
+    PERFORM pgqueue.check_length('cancel reason', cancel.reason, 1000);
     FOR r IN
         WITH RECURSIVE tree AS (
             SELECT cancel.run_id AS id
@@ -28,7 +30,7 @@ BEGIN
         )
         UPDATE pgqueue.runs x
            SET state = 'canceled', finished_at = now(), worker_id = NULL,
-               lease_token = NULL, lease_expires_at = NULL
+               lease_token = NULL, lease_expires_at = NULL, cancel_reason = cancel.reason
           FROM was
          WHERE x.id = was.id
         RETURNING x.id, x.notify_done, x.parent_id, x.queue, x.group_key,

@@ -1,6 +1,8 @@
 -- Emit an event: stored (for waiters that replay later) and, unless delayed, wakes
--- every run waiting for it at once. Its key and payload are checked against the input
--- limits first. Returns the event id.
+-- every run waiting for it at once. A delayed event brings its waiters' deadline
+-- forward to its delivery time instead, and tells the workers of their queues
+-- (pgqueue_due), whose stagers wake them when it comes. Its key and payload are checked
+-- against the input limits first. Returns the event id.
 CREATE OR REPLACE FUNCTION pgqueue.emit_event(
     event   text,
     key     text DEFAULT NULL,
@@ -40,6 +42,19 @@ BEGIN
             RETURNING r.queue
         LOOP
             PERFORM pg_notify('pgqueue_queued', q);
+        END LOOP;
+    ELSE
+        FOR q IN
+            UPDATE pgqueue.runs r
+               SET run_at = due
+             WHERE r.state = 'waiting'
+               AND r.wait_event = emit_event.event
+               AND r.wait_key = coalesce(emit_event.key, '')
+               AND r.wait_since <= due
+               AND r.run_at > due
+            RETURNING r.queue
+        LOOP
+            PERFORM pg_notify('pgqueue_due', q);
         END LOOP;
     END IF;
     RETURN new_id;

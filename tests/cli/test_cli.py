@@ -282,6 +282,6 @@ def test_runs_show_lists_the_steps_and_what_they_waited_for(
         )
     code, out, _ = cli(capsys, "runs", "show", str(run_id), "--dsn", dsn)
     assert code == 0
-    assert "step load [succeeded] attempt 1, 1.0 s" in out
-    assert "step paid [waiting] attempt 2: event order.paid key 42: waiting for 5." in out
+    assert "  load [succeeded] attempt 1 started " in out and " took 1.0 s" in out
+    assert "  paid [waiting] attempt 2: event order.paid key 42: waiting for 5." in out
     assert "(timeout 60 min)" in out

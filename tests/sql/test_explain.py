@@ -107,7 +107,12 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     ]
     complete = complete_params(outcomes, WORKER)
     assert complete["succeeded"] == "{1}" and '"id": 2' in complete["outcomes"]
-    for name, params in (("renew_leases", by_id), ("complete", complete)):
+    progress = {"id": 1, "lease_token": str(uuid.UUID(int=1)), "progress": '{"done": 1}'}
+    for name, params in (
+        ("renew_leases", by_id),
+        ("complete", complete),
+        ("set_progress", progress),
+    ):
         text = plan(big, name, params)
         runs = [index for _, index in scans(text) if index and index.startswith("runs_")]
         assert runs and set(runs) == {"runs_pkey"}, (name, scans(text))

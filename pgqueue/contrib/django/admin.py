@@ -43,7 +43,10 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("parent", "children", "attempts", "steps")
     fieldsets = (
         (None, {"fields": ("task", "queue", "state", "priority", "attempt", "max_attempts")}),
-        ("Arguments and outcome", {"fields": ("args", "kwargs", "result", "error")}),
+        (
+            "Arguments and outcome",
+            {"fields": ("args", "kwargs", "result", "error", "progress", "cancel_reason")},
+        ),
         ("Workflow", {"fields": ("parent", "children", "steps")}),
         ("Attempts", {"fields": ("attempts",)}),
         (

@@ -35,6 +35,8 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True)
     worker_id = models.UUIDField(null=True)
     lease_expires_at = models.DateTimeField(null=True)
+    progress = models.JSONField(null=True)
+    cancel_reason = models.TextField(null=True)
 
     class Meta:
         managed = False

@@ -1,9 +1,18 @@
 """Moves runs whose time has come back to `queued`: scheduled runs (delayed, backing off,
-sleeping) and waits whose deadline passed; now and then also waits whose child or event
-arrived without waking them (the safety net behind the direct wake-ups)."""
+sleeping) and waits whose deadline passed (a wait_for_event or ctx.call timeout, or a
+delayed event's delivery: pgqueue.emit_event() brings its waiters' deadline forward to
+it); now and then also waits whose child or event arrived without waking them (the
+safety net behind the direct wake-ups).
+
+It sleeps until the earliest due time of its queues (at most `interval`), and is woken
+early by `nudge()` when a nearer one may have appeared: this worker wrote a sleep or a
+backoff (the completer), or a NOTIFY on pgqueue_due said a delayed event was emitted. So
+a durable sleep or a delayed event wakes its run within milliseconds of its due time."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, LiteralString
@@ -29,6 +38,16 @@ class Stager(Service):
         self.queues = queues
         self.interval = interval
         self.staged = staged
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """On the loop: look at the due times now (a nearer one may have appeared)."""
+        self._nudged.set()
+
+    async def pause(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._nudged.wait(), delay)
+        self._nudged.clear()
 
     async def stage(self) -> tuple[int, datetime | None]:
         """One pass over the served queues: runs made ready, and the earliest time at
