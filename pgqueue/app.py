@@ -7,23 +7,22 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from pgqueue import _enqueue, _inserts, _inspect, _json, _operator, _pool, _registry, db, migrate
-from pgqueue import retention as _retention
+from pgqueue import _enqueue, _inserts, _json, _pool, _registry, db, migrate
 from pgqueue import schedules as _schedules
 from pgqueue._bulk import BulkActions
 from pgqueue._checks import check_name
-from pgqueue._rates import KEEP, Keep
+from pgqueue._operations import Operations
 from pgqueue._registry import LIMIT_MAX, QueueConfig
+from pgqueue._schedule_actions import ScheduleActions
 from pgqueue.aio import AsyncApp
 from pgqueue.context import Context
 from pgqueue.errors import OutOfRange
-from pgqueue.runs import Run, RunHandle
+from pgqueue.runs import RunHandle
 from pgqueue.tasks import RunRow, Task
 
 if TYPE_CHECKING:
@@ -59,14 +58,14 @@ DsnSource = Callable[[], str]
 SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
 
 
-class App(BulkActions, AsyncApp):
+class App(Operations, ScheduleActions, BulkActions, AsyncApp):
     """Registry of tasks and queues bound to one database.
 
     A façade over small parts: the registry (pgqueue._registry), enqueues by name and
-    events (_enqueue), operator actions (_operator; bulk ones, _bulk), inspection
-    (_inspect), opening the pool (_pool), the async calls (pgqueue.aio). insert_runs
-    and connection(), on every Task.enqueue's path, are written out here so that it
-    takes no call more.
+    events (_enqueue), the calls of operators and inspection (mixed in from
+    _operations; bulk ones from _bulk), of schedules (_schedule_actions), opening the
+    pool (_pool), the async calls (pgqueue.aio). insert_runs and connection(), on every
+    Task.enqueue's path, are written out here so that it takes no call more.
 
     `dsn`: argument > `dsn_source` (asked at each use) > PGQUEUE_DSN > error, resolved at
     first use so that a module can create its App at import time and the CLI's --dsn can
@@ -342,32 +341,7 @@ class App(BulkActions, AsyncApp):
             existing = c.execute(*lookup).fetchall() if lookup else []
         return op.handles(found, existing)
 
-    def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
-        with self.connection(conn) as c:
-            return _inspect.get_run(c, run_id)
-
-    def list_runs(
-        self,
-        *,
-        state: str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 50,
-    ) -> list[Run]:
-        with self.connection() as c:
-            return _inspect.list_runs(c, state=state, queue=queue, task=task, limit=limit)
-
-    def run_errors(self, run_id: int) -> list[dict[str, Any]]:
-        with self.connection() as c:
-            return _inspect.rows(c, "run_errors", {"id": run_id})
-
-    def cancel(self, run_id: int, *, children: bool = False, reason: str | None = None) -> bool:
-        """Cancel a run that has not finished; a running one is told to stop, a waiting
-        parent is woken. `children=True` cancels its child runs too. `reason` (at most
-        1,000 bytes) is stored as the run's cancel_reason. Returns False if the run had
-        already finished."""
-        with self.connection() as c:
-            return _operator.cancel(c, run_id, children=children, reason=reason)
+    # -- events -------------------------------------------------------------------------
 
     def emit_event(
         self,
@@ -383,157 +357,6 @@ class App(BulkActions, AsyncApp):
         params = _enqueue.event_params(self, event, key, payload, delay)
         with self.connection(self.caller_connection(conn)) as c:
             return _enqueue.emit_event(c, params)
-
-    def run_steps(self, run_id: int) -> list[dict[str, Any]]:
-        with self.connection() as c:
-            return _inspect.rows(c, "run_steps", {"id": run_id})
-
-    def retry(self, run_id: int) -> bool:
-        """Queue a finished run again for one more attempt (recorded in run_errors).
-        Returns False if the run has not finished."""
-        with self.connection() as c:
-            return _operator.retry(c, run_id)
-
-    def set_limits(
-        self,
-        queue: str,
-        *,
-        concurrency: int | None,
-        group_concurrency: int | None,
-        rate_limit: str | Keep | None = KEEP,
-        group_rate_limit: str | Keep | None = KEEP,
-        ordered: bool | Keep = KEEP,
-    ) -> None:
-        """Change a queue's cluster-wide limits now (None: no limit); workers apply it to
-        their next claim. Rate limits and `ordered` not given keep their stored values. A
-        worker that starts with app.queue(...) declarations writes those back."""
-        name = check_name("queue", queue)
-        with self.connection() as c:
-            stored = _operator.flow_limits(c, name)
-            rate = stored["rate_limit"] if isinstance(rate_limit, Keep) else rate_limit
-            group_rate = (
-                stored["group_rate_limit"]
-                if isinstance(group_rate_limit, Keep)
-                else group_rate_limit
-            )
-            in_order = stored["ordered"] if isinstance(ordered, Keep) else ordered
-            _registry.check_limits(
-                queue, concurrency, group_concurrency, rate, group_rate, in_order
-            )
-            _operator.set_limits(
-                c, name, concurrency, group_concurrency, rate, group_rate, in_order
-            )
-
-    def groups(self, queue: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
-        """The busiest groups (most running, then most queued), from pgqueue.groups."""
-        with self.connection() as c:
-            return _inspect.rows(c, "busiest_groups", {"queue": queue, "limit": limit})
-
-    def set_paused(self, queue: str, paused: bool) -> None:
-        with self.connection() as c:
-            _operator.set_paused(c, queue, paused)
-
-    def queue_summary(self) -> list[dict[str, Any]]:
-        with self.connection() as c:
-            return _inspect.rows(c, "queue_summary")
-
-    def list_workers(self) -> list[dict[str, Any]]:
-        with self.connection() as c:
-            return _inspect.rows(c, "list_workers")
-
-    # -- schedules ----------------------------------------------------------------------
-
-    def periodic(
-        self,
-        *,
-        cron: str,
-        tz: str = "UTC",
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        queue: str | None = None,
-        catch_up: bool = False,
-        name: str | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
-        """Enqueue a task at every tick of `cron` (in zone `tz`) with `args`/`kwargs`.
-
-        Put it above `@app.task(...)`, or use it alone (the function is then registered
-        as a task with default options). The schedule is named after the task unless
-        `name=` is given, which a task with several schedules needs. A bad expression or
-        zone raises pgqueue.InvalidSchedule here. See docs/schedules.md."""
-        _schedules.check_cron(cron, tz)
-
-        def decorate(target: Callable[P, R]) -> Task[P, R]:
-            task: Task[P, R] = target if isinstance(target, Task) else self.task(target)
-            self.schedule(
-                name or task.name,
-                cron,
-                task,
-                args=args,
-                kwargs=kwargs,
-                tz=tz,
-                queue=queue,
-                catch_up=catch_up,
-            )
-            return task
-
-        return decorate
-
-    def schedule(
-        self,
-        name: str,
-        cron: str,
-        task: Task[Any, Any] | str,
-        *,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        tz: str = "UTC",
-        queue: str | None = None,
-        catch_up: bool = False,
-    ) -> _schedules.Schedule:
-        """Define schedule `name`: enqueue `task` (a Task, or a task name this process
-        may not import) at every tick of `cron` in zone `tz`. Workers write it to
-        pgqueue.schedules when they start. After downtime only the latest missed tick
-        fires, unless catch_up=True (then every missed tick, at most 100)."""
-        definition = _schedules.define(
-            self, name, cron, task, args=args, kwargs=kwargs, tz=tz, queue=queue, catch_up=catch_up
-        )
-        return _registry.add_schedule(self.schedules, name, definition)
-
-    def list_schedules(self) -> list[dict[str, Any]]:
-        """Every schedule in the database (those of all apps), by name."""
-        with self.connection() as c:
-            return _schedules.list_all(c)
-
-    def pause_schedule(self, name: str) -> None:
-        with self.connection() as c:
-            _schedules.set_paused(c, name, True)
-
-    def resume_schedule(self, name: str) -> None:
-        """Resume from the next tick after now (ticks passed while paused do not fire)."""
-        with self.connection() as c:
-            _schedules.set_paused(c, name, False)
-
-    def trigger_schedule(self, name: str) -> RunHandle:
-        """Enqueue one run of schedule `name` now, outside its cron."""
-        with self.connection() as c:
-            return RunHandle(_schedules.trigger(c, name), self)
-
-    # -- retention ----------------------------------------------------------------------
-
-    def prune(
-        self,
-        older_than: timedelta | float,
-        *,
-        states: Sequence[str] = _retention.FINISHED_STATES,
-        events: bool = False,
-    ) -> dict[str, int]:
-        """Delete runs in `states` that finished more than `older_than` (seconds or a
-        timedelta) ago, with their steps and errors, and events created before then with
-        events=True; in batches. Workers do this on their own (Worker(retention=...)).
-        Returns how many rows went, by state (and "events")."""
-        age = older_than if isinstance(older_than, timedelta) else timedelta(seconds=older_than)
-        with self.connection() as c:
-            return _retention.prune(c, age, states=states, events=events)
 
     # -- workers ------------------------------------------------------------------------
 
