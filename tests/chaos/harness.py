@@ -491,8 +491,8 @@ class Chaos:
         )
         self.fault_start = self.fault_end = self.recovered_at = self.post_end = 0.0
         self.threshold = 1.0
-        # A failover scenario sets this to when the primary died (see _claim_reruns).
-        self.claims_lost_at: float | None = None
+        # A failover scenario sets this to when the new primary took over (_claim_reruns).
+        self.promoted_at: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -744,13 +744,14 @@ class Chaos:
 
     def _claim_reruns(self, executions: list[Any]) -> int:
         """How many of a run's (or a step's, in one attempt) executions re-ran an attempt
-        whose claim the failover lost: one started before the primary died, its re-run
-        after (a claim commits without waiting for its WAL, or for a standby: sql/claim.sql;
-        its run was queued again on the new primary, under the same attempt number, with
-        no rescue to record it). 0 unless the scenario set claims_lost_at."""
-        if self.claims_lost_at is None:
+        whose claim the failover lost: a claim commits without waiting for its WAL, or for
+        a standby (sql/claim.sql), so the new primary may have the run queued again, under
+        the same attempt number and with no rescue to record it. Such a pair is one
+        execution that began before the promotion (claimed on the old primary) and its
+        re-run after (claimed on the new one). 0 unless the scenario set promoted_at."""
+        if self.promoted_at is None:
             return 0
-        before = sum(1 for e in executions if e[7] < self.claims_lost_at)
+        before = sum(1 for e in executions if e[7] < self.promoted_at)
         return min(before, len(executions) - before)
 
     def note(self, text: str) -> None:

@@ -307,9 +307,9 @@ def test_primary_killed_standby_promoted() -> None:
             c.baseline()
             settled = settled_outcomes(cluster, name)
             with c.fault():
-                c.claims_lost_at = time.time()
                 cluster.kill_primary()
                 c.pace(gap)  # failure detection, as a failover manager would take
+                c.promoted_at = time.time()
                 cluster.promote()
             c.recover()
             with psycopg.connect(dsn, autocommit=True) as conn:
