@@ -43,6 +43,11 @@ CANCEL_GATHER = 0.02
 CANCEL_PENDING_MAX = 1024
 CONFIG_EVERY = 0.5  # seconds between two refreshes of the queues' limits on NOTIFY, at least
 RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
+# The listener's longest wait between two reconnects. Until it is back, idle workers hear
+# of new runs only at their next poll (every poll_interval, 5 s by default): a failover or
+# a restart would otherwise cost seconds of pickup latency after the server is back. A try
+# against a server that is down or a standby costs one refused or closed connection.
+RECONNECT_CAP = 1.0
 
 
 class Listener:
@@ -116,7 +121,7 @@ class Listener:
             except DB_ERRORS as exc:
                 self.connected.clear()
                 failures += 1
-                delay = outage_delay("listener", exc, failures)
+                delay = outage_delay("listener", exc, failures, cap=RECONNECT_CAP)
                 await asyncio.sleep(delay)
 
     def cancel_hint(self, payload: str) -> None:

@@ -491,6 +491,8 @@ class Chaos:
         )
         self.fault_start = self.fault_end = self.recovered_at = self.post_end = 0.0
         self.threshold = 1.0
+        # A failover scenario sets this to when the new primary took over (_claim_reruns).
+        self.promoted_at: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -631,7 +633,8 @@ class Chaos:
             else:
                 body_runs[e[1]].append(e)
 
-        # 2. plain duplicates, each explained by a lost lease
+        # 2. plain duplicates, each explained by a lost lease (or a claim lost with the
+        # primary in a failover)
         for r in runs:
             if r[1] == chaos.flow.name:
                 continue
@@ -639,9 +642,11 @@ class Chaos:
             if r[2] == "succeeded" and not any(e[8] is not None for e in done):
                 f.no_work.append(r[0])
             extra = max(0, len(done) - 1)
+            explained = min(extra, rescues[r[0]] + self._claim_reruns(done))
             row.duplicates += extra
-            row.explained += min(extra, rescues[r[0]])
-            if extra > rescues[r[0]]:
+            row.explained += explained
+            row.claim_reruns += max(0, explained - rescues[r[0]])
+            if extra > explained:
                 f.unexplained_dups.append((r[3], len(done), rescues[r[0]]))
 
         # 3. no stored step executed again
@@ -665,7 +670,10 @@ class Chaos:
                     row.step_retries += 1
                     if (key[0], e[4]) not in failed_attempts:
                         f.unexplained_step_retries.append((key[0], name, e[4]))
-            if len(in_attempt) > 1:
+            rerun = min(len(in_attempt) - 1, self._claim_reruns(in_attempt)) if in_attempt else 0
+            row.step_retries += rerun
+            row.claim_reruns += rerun
+            if len(in_attempt) > 1 + rerun:
                 f.step_violations.append((key[0], name, f"{len(in_attempt)}x in attempt {attempt}"))
         row.step_reexec = len(f.step_violations)
 
@@ -718,7 +726,8 @@ class Chaos:
         rescued = sum(rescues.values())
         errored = sum(1 for _, _, kind in errors if kind != "lease_expired")
         self.note(
-            f"{rescued} lease_expired rescues, {errored} failed attempts, "
+            f"{rescued} lease_expired rescues, {row.claim_reruns} re-runs of claims lost with "
+            f"the primary, {errored} failed attempts, "
             f"{row.step_retries} re-runs of steps never stored; "
             f"{self.producer.rejected} enqueues rejected; worker log: "
             + ", ".join(f"{log.count(p)}x '{p}'" for p in self.log_patterns)
@@ -732,6 +741,18 @@ class Chaos:
             )
         for make in self.late_notes:
             self.note(make(row))
+
+    def _claim_reruns(self, executions: list[Any]) -> int:
+        """How many of a run's (or a step's, in one attempt) executions re-ran an attempt
+        whose claim the failover lost: a claim commits without waiting for its WAL, or for
+        a standby (sql/claim.sql), so the new primary may have the run queued again, under
+        the same attempt number and with no rescue to record it. Such a pair is one
+        execution that began before the promotion (claimed on the old primary) and its
+        re-run after (claimed on the new one). 0 unless the scenario set promoted_at."""
+        if self.promoted_at is None:
+            return 0
+        before = sum(1 for e in executions if e[7] < self.promoted_at)
+        return min(before, len(executions) - before)
 
     def note(self, text: str) -> None:
         self.row.notes.append(text)

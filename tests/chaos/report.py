@@ -35,7 +35,8 @@ class Row:
     lost: int = 0
     failed: int = 0
     duplicates: int = 0  # executions of plain tasks beyond the first
-    explained: int = 0  # ... of which backed by a lease_expired row of that run
+    explained: int = 0  # ... of which backed by a lease_expired row of that run, or
+    claim_reruns: int = 0  # ... by a claim lost with the primary (failover: see harness)
     step_reexec: int = 0  # step executions after that step's success was stored
     step_retries: int = 0  # re-runs of a step whose success was never stored (explained)
     sem_max: int = 0  # most chaos_limited bodies executing at once (execution spans)
@@ -61,6 +62,8 @@ class Row:
             return "-" if v is None else f"{v * 1000:.0f}"
 
         dup = f"{self.duplicates} ({self.explained})"
+        if self.claim_reruns:
+            dup = f"{self.duplicates} ({self.explained}: {self.claim_reruns} lost claims)"
         steps = str(self.step_reexec)
         if self.step_retries:
             steps += f" (+{self.step_retries} unstored)"

@@ -309,6 +309,7 @@ def test_primary_killed_standby_promoted() -> None:
             with c.fault():
                 cluster.kill_primary()
                 c.pace(gap)  # failure detection, as a failover manager would take
+                c.promoted_at = time.time()
                 cluster.promote()
             c.recover()
             with psycopg.connect(dsn, autocommit=True) as conn:
