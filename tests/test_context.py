@@ -216,9 +216,15 @@ def test_cancel_reason_is_stored_and_shown(dsn: str, ctx_app: pgqueue.App) -> No
     assert "cancel_reason: duplicate of another" in cli("runs", "show", str(other.id)).stdout
     listed = cli("runs", "list", "--json").stdout
     assert '"cancel_reason": "customer asked"' in listed
-    bad = cli("runs", "cancel", "--state", "queued", "--reason", "x", "--yes")
-    assert bad.returncode == 2 and "--reason goes with one run id" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    long = cli("runs", "cancel", str(h.id), "--reason", "x" * 1001)
+    assert long.returncode == 2 and "1000-byte limit" in long.stderr
+    assert "Traceback" not in long.stderr
+    # by filter: every run it cancels gets the reason
+    batch = [tasks.slow.options(delay=3600, queue="batch").enqueue(1) for _ in range(3)]
+    bulk = cli("runs", "cancel", "--queue", "batch", "--reason", "queue retired", "--yes")
+    assert bulk.returncode == 0 and "3 runs canceled" in bulk.stdout, bulk.stderr
+    assert {ctx_app.get_run(b.id).cancel_reason for b in batch} == {"queue retired"}
+    assert ctx_app.cancel_where(queue="default", state="scheduled", reason="sweep") == 0
     # SQL: the function's old callers, and a reason from psql
     third = tasks.slow.options(delay=3600).enqueue(1)
     assert scalar(dsn, "SELECT pgqueue.cancel(%s, false, 'from psql')", (third.id,))
