@@ -129,8 +129,12 @@ def test_async_task_sees_cancelled_and_reports_progress(dsn: str, ctx_app: pgque
         wait_until(lambda: ctx_app.get_run(h.id).progress, message="async progress write")
         assert ctx_app.get_run(h.id).progress["message"] == "half"  # type: ignore[index]
         ctx_app.cancel(h.id, reason="enough")
-        wait_until(lambda: effects(dsn, h.id)[1:], message="the cancellation")
-    assert effects(dsn, h.id) == ["reported", "cancelled flag True"]
+        wait_until(lambda: effects(dsn, h.id)[2:], message="the cancellation")
+    assert effects(dsn, h.id) == [
+        "ctx.wait_cancelled() would block the event loop",
+        "reported",
+        "cancelled flag True",
+    ]
 
 
 def test_bad_progress_reports_are_one_line_errors() -> None:
