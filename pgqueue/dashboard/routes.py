@@ -116,10 +116,14 @@ def run_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 
 
 def cancel_reason(req: Request) -> str | None:
-    """A cancel's optional reason: the form's `reason` field, or {"reason": ...} in JSON."""
-    if req.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+    """A cancel's optional reason: the form's `reason` field, or {"reason": ...} in a JSON
+    body (any other body, such as an empty multipart one, gives none)."""
+    kind = req.headers.get("content-type", "")
+    if kind.startswith("application/x-www-form-urlencoded"):
         return form(req).get("reason") or None
-    reason = request_json(req).get("reason") if req.body else None
+    if not kind.startswith("application/json"):
+        return None
+    reason = request_json(req).get("reason")
     if reason is not None and not isinstance(reason, str):
         raise Problem(400, "reason must be a string")
     return reason or None
