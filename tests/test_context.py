@@ -99,6 +99,8 @@ def test_progress_is_stored_throttled_and_shown(dsn: str, ctx_app: pgqueue.App) 
         assert '"message": "item 3"' in cli.stdout
         in_sql = "SELECT progress->>'message' FROM pgqueue.runs WHERE id = %s"
         assert scalar(dsn, in_sql, (waiting.id,)) == "item 3"
+        in_view = "SELECT progress->>'done' FROM pgqueue.running WHERE id = %s"
+        assert scalar(dsn, in_view, (waiting.id,)) == "3"
         assert ctx_app.cancel(waiting.id, reason="tested")
         wait_until(lambda: "saw cancel" in effects(dsn, waiting.id), message="ctx.cancelled")
     final = ctx_app.get_run(quick.id).progress
