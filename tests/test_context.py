@@ -239,3 +239,29 @@ def test_cancel_reason_is_stored_and_shown(dsn: str, ctx_app: pgqueue.App) -> No
     assert scalar(dsn, "SELECT pgqueue.cancel(%s)", (fourth.id,))
     with pytest.raises(pgqueue.InvalidArguments, match="1000-byte limit"):
         ctx_app.cancel(fourth.id, reason="x" * 1001)
+
+
+def test_eager_runs_have_a_context_and_the_validators_values(app: pgqueue.App) -> None:
+    from pgqueue import testing
+
+    @app.task(validator=lambda n: {"n": int(n)}, priority=4)
+    def look(n: int) -> list[Any]:
+        ctx = pgqueue.current()
+        ctx.progress(1, 2)
+        return [type(n).__name__, ctx.priority, ctx.group, ctx.last_progress]
+
+    @app.task
+    async def look_async() -> int:
+        return pgqueue.current().run_id
+
+    with testing.eager(app):
+        assert look.options(group="g").enqueue("7").wait() == [
+            "int",
+            4,
+            "g",
+            {"done": 1, "total": 2, "message": None},
+        ]
+        h = look_async.enqueue()
+        assert h.wait() == h.id
+    with pytest.raises(RuntimeError, match="outside a run"):
+        pgqueue.current()
