@@ -23,6 +23,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from pgqueue import _sql
+from pgqueue._checks import MAX_REASON_BYTES, check_key
 from pgqueue.errors import OutOfRange, UserError
 from pgqueue.states import FINISHED_STATES, LIVE_STATES, STATES
 
@@ -112,7 +113,13 @@ class Filter:
         """The statements' filter parameters; the age is compared with the database's
         clock (now()), not this machine's."""
         age = None if self.older_than is None else self.older_than.total_seconds()
-        return {"queue": self.queue, "task": self.task, "group": self.group, "older_than": age}
+        return {
+            "queue": self.queue,
+            "task": self.task,
+            "group": self.group,
+            "older_than": age,
+            "reason": None,  # a cancel's cancel_reason (act() sets it)
+        }
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -171,9 +178,11 @@ def act(
     filt: Filter,
     *,
     batch_size: int = DEFAULT_BATCH,
+    reason: str | None = None,
 ) -> int:
     """Cancel or retry every matching run that exists now, `batch_size` per transaction;
-    how many changed. `conn` must be in autocommit (each batch commits on its own)."""
+    how many changed. `conn` must be in autocommit (each batch commits on its own). A
+    cancel stores `reason` in each run's cancel_reason."""
     filt.check_scope()
     if not 1 <= batch_size <= MAX_BATCH:
         raise OutOfRange(f"batch_size must be between 1 and {MAX_BATCH}, not {batch_size}")
@@ -184,6 +193,7 @@ def act(
     assert row is not None
     params = filt.params() | {"upto": row[0], "upto_at": row[1]}
     if action == "cancel":
+        params["reason"] = check_key("cancel reason", reason, limit=MAX_REASON_BYTES)
         return sum(
             _cancel_batches(conn, cancel_query(state, batch_size), params)
             for state in CANCEL_ORDER
@@ -263,12 +273,13 @@ class BulkActions:
         older_than: timedelta | float | None = None,
         all_runs: bool = False,
         batch_size: int = DEFAULT_BATCH,
+        reason: str | None = None,
     ) -> int:
         """Cancel every unfinished run that matches (states among scheduled, queued,
         running, waiting; queue; task; group; created more than `older_than` seconds or
-        a timedelta ago), each as `app.cancel(id)` would, `batch_size` runs per
-        transaction. With no filter, `all_runs=True` is required. Returns how many runs
-        were canceled."""
+        a timedelta ago), each as `app.cancel(id, reason=reason)` would, `batch_size`
+        runs per transaction. With no filter, `all_runs=True` is required. Returns how
+        many runs were canceled."""
         filt = Filter.of(
             state=state,
             queue=queue,
@@ -278,7 +289,7 @@ class BulkActions:
             all_runs=all_runs,
         )
         with self.connection() as c:
-            return act(c, "cancel", filt, batch_size=batch_size)
+            return act(c, "cancel", filt, batch_size=batch_size, reason=reason)
 
     def retry_where(
         self,

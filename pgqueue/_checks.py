@@ -13,6 +13,7 @@ from pgqueue.errors import InvalidArguments, OutOfRange, UserError
 MAX_NAME_LENGTH = 200
 # Group, idempotency and event keys: refused above this many bytes (see check_key).
 MAX_KEY_BYTES = 512
+MAX_REASON_BYTES = 1000  # a cancel reason (pgqueue.cancel() checks it too)
 # The columns' ranges: runs.priority is a smallint, runs.max_attempts an integer.
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 MAX_ATTEMPTS_MAX = 2**31 - 1

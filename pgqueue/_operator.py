@@ -8,13 +8,11 @@ from typing import Any
 import psycopg
 
 from pgqueue import _sql
-from pgqueue._checks import check_key
+from pgqueue._checks import MAX_REASON_BYTES, check_key
 from pgqueue._rates import Rate, parse_rate, rate_params
 from pgqueue.runs import check_run_id
 
 Conn = psycopg.Connection[Any]
-
-MAX_REASON_BYTES = 1000  # as pgqueue.cancel() checks it
 
 
 def cancel(conn: Conn, run_id: int, *, children: bool, reason: str | None = None) -> bool:

@@ -6,6 +6,7 @@ the task's code copies its context, e.g. `asyncio.to_thread`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from collections.abc import Callable
@@ -36,6 +37,14 @@ def current() -> Context:
             "pgqueue.current() was called outside a run: only a task's code (and its "
             "hooks) running in a worker, or under pgqueue.testing.eager, has a Context"
         ) from None
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def call_as(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -83,7 +92,15 @@ class Context:
         return self._cancelled
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
-        """Sleep up to `timeout` seconds, waking early (and returning True) if cancelled."""
+        """Sleep up to `timeout` seconds, waking early (and returning True) if cancelled.
+        For sync code: an async task is cancelled for real (CancelledError at its next
+        await), so it sleeps with `await asyncio.sleep(...)` instead."""
+        if _on_event_loop():
+            raise RuntimeError(
+                "ctx.wait_cancelled() would block the event loop: an async task is "
+                "cancelled for real (CancelledError), so use `await asyncio.sleep(seconds)` "
+                "and check ctx.cancelled if you need to"
+            )
         with _CANCEL_LOCK:
             if self._cancelled:
                 return True

@@ -22,5 +22,5 @@ WITH batch AS (
     ORDER BY {order}
     LIMIT {batch}
 )
-SELECT count(*) AS reached, count(*) FILTER (WHERE pgqueue.cancel(id, false)) AS changed
+SELECT count(*) AS reached, count(*) FILTER (WHERE pgqueue.cancel(id, false, %(reason)s::text)) AS changed
 FROM batch

@@ -99,6 +99,8 @@ def test_progress_is_stored_throttled_and_shown(dsn: str, ctx_app: pgqueue.App) 
         assert '"message": "item 3"' in cli.stdout
         in_sql = "SELECT progress->>'message' FROM pgqueue.runs WHERE id = %s"
         assert scalar(dsn, in_sql, (waiting.id,)) == "item 3"
+        in_view = "SELECT progress->>'done' FROM pgqueue.running WHERE id = %s"
+        assert scalar(dsn, in_view, (waiting.id,)) == "3"
         assert ctx_app.cancel(waiting.id, reason="tested")
         wait_until(lambda: "saw cancel" in effects(dsn, waiting.id), message="ctx.cancelled")
     final = ctx_app.get_run(quick.id).progress
@@ -129,8 +131,12 @@ def test_async_task_sees_cancelled_and_reports_progress(dsn: str, ctx_app: pgque
         wait_until(lambda: ctx_app.get_run(h.id).progress, message="async progress write")
         assert ctx_app.get_run(h.id).progress["message"] == "half"  # type: ignore[index]
         ctx_app.cancel(h.id, reason="enough")
-        wait_until(lambda: effects(dsn, h.id)[1:], message="the cancellation")
-    assert effects(dsn, h.id) == ["reported", "cancelled flag True"]
+        wait_until(lambda: effects(dsn, h.id)[2:], message="the cancellation")
+    assert effects(dsn, h.id) == [
+        "ctx.wait_cancelled() would block the event loop",
+        "reported",
+        "cancelled flag True",
+    ]
 
 
 def test_bad_progress_reports_are_one_line_errors() -> None:
@@ -216,9 +222,15 @@ def test_cancel_reason_is_stored_and_shown(dsn: str, ctx_app: pgqueue.App) -> No
     assert "cancel_reason: duplicate of another" in cli("runs", "show", str(other.id)).stdout
     listed = cli("runs", "list", "--json").stdout
     assert '"cancel_reason": "customer asked"' in listed
-    bad = cli("runs", "cancel", "--state", "queued", "--reason", "x", "--yes")
-    assert bad.returncode == 2 and "--reason goes with one run id" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    long = cli("runs", "cancel", str(h.id), "--reason", "x" * 1001)
+    assert long.returncode == 2 and "1000-byte limit" in long.stderr
+    assert "Traceback" not in long.stderr
+    # by filter: every run it cancels gets the reason
+    batch = [tasks.slow.options(delay=3600, queue="batch").enqueue(1) for _ in range(3)]
+    bulk = cli("runs", "cancel", "--queue", "batch", "--reason", "queue retired", "--yes")
+    assert bulk.returncode == 0 and "3 runs canceled" in bulk.stdout, bulk.stderr
+    assert {ctx_app.get_run(b.id).cancel_reason for b in batch} == {"queue retired"}
+    assert ctx_app.cancel_where(queue="default", state="scheduled", reason="sweep") == 0
     # SQL: the function's old callers, and a reason from psql
     third = tasks.slow.options(delay=3600).enqueue(1)
     assert scalar(dsn, "SELECT pgqueue.cancel(%s, false, 'from psql')", (third.id,))
@@ -227,3 +239,29 @@ def test_cancel_reason_is_stored_and_shown(dsn: str, ctx_app: pgqueue.App) -> No
     assert scalar(dsn, "SELECT pgqueue.cancel(%s)", (fourth.id,))
     with pytest.raises(pgqueue.InvalidArguments, match="1000-byte limit"):
         ctx_app.cancel(fourth.id, reason="x" * 1001)
+
+
+def test_eager_runs_have_a_context_and_the_validators_values(app: pgqueue.App) -> None:
+    from pgqueue import testing
+
+    @app.task(validator=lambda n: {"n": int(n)}, priority=4)
+    def look(n: int) -> list[Any]:
+        ctx = pgqueue.current()
+        ctx.progress(1, 2)
+        return [type(n).__name__, ctx.priority, ctx.group, ctx.last_progress]
+
+    @app.task
+    async def look_async() -> int:
+        return pgqueue.current().run_id
+
+    with testing.eager(app):
+        assert look.options(group="g").enqueue("7").wait() == [
+            "int",
+            4,
+            "g",
+            {"done": 1, "total": 2, "message": None},
+        ]
+        h = look_async.enqueue()
+        assert h.wait() == h.id
+    with pytest.raises(RuntimeError, match="outside a run"):
+        pgqueue.current()

@@ -655,11 +655,29 @@ def test_the_run_page_shows_progress_and_the_cancel_reason(
     page = web.get(f"/runs/{run_id}").text
     assert re.search(r'id="progress".*40.* of 200.*page 40', page)
     assert web.get(f"/api/runs/{run_id}").json()["progress"]["message"] == "page 40"
-    app = pgqueue.App(conn.info.dsn)
-    try:
-        assert app.cancel(run_id, reason="operator <b>stop</b>")
-    finally:
-        app.close()
+    headers = csrf(web, f"/runs/{run_id}")
+    done = web.post(
+        f"/api/runs/{run_id}/cancel", json={"reason": "operator <b>stop</b>"}, headers=headers
+    )
+    assert done.json() == {"id": run_id, "canceled": True}
     page = web.get(f"/runs/{run_id}").text
     assert "operator &lt;b&gt;stop&lt;/b&gt;" in page and 'id="cancel-reason"' in page
     assert web.get(f"/api/runs/{run_id}").json()["cancel_reason"] == "operator <b>stop</b>"
+
+
+def test_the_cancel_form_sends_a_reason(web: TestClient, conn: psycopg.Connection[Any]) -> None:
+    run_id = enqueue(conn)
+    page = web.get(f"/runs/{run_id}").text
+    assert 'name="reason"' in page
+    form = {"csrf": web.cookies[CSRF_COOKIE], "next": f"/runs/{run_id}", "reason": "by form"}
+    r = web.post(
+        f"/api/runs/{run_id}/cancel",
+        data=form,
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    assert web.get(f"/api/runs/{run_id}").json()["cancel_reason"] == "by form"
+    other = enqueue(conn)
+    bad = web.post(f"/api/runs/{other}/cancel", json={"reason": 5}, headers=csrf(web))
+    assert bad.status_code == 400 and "reason must be a string" in bad.text

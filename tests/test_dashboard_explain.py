@@ -137,7 +137,7 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
     assert_reads(conn, _sql.query("run_errors"), {"id": 1})
     assert_reads(conn, _sql.query("list_schedules"), {})
     assert_reads(conn, _sql.query("workers_live"), {})
-    filt = {"queue": "default", "task": None, "group": None, "older_than": None}
+    filt = {"queue": "default", "task": None, "group": None, "older_than": None, "reason": None}
     batch = {
         "upto": 2**62,
         "upto_at": "2100-01-01T00:00:00Z",

@@ -36,6 +36,7 @@ def upgrade() -> None:
     op.execute(SCHEMA)
     op.execute(_sql.definition("functions/cancel"))
     op.execute(_sql.definition("functions/emit_event"))
+    op.execute(_sql.definition("views/running"))
 
 
 def downgrade() -> None:

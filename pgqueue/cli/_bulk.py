@@ -69,7 +69,15 @@ def build_filter(
     return filt
 
 
-def run(app: App, action: str, filt: _bulk.Filter, *, yes: bool, batch_size: int) -> None:
+def run(
+    app: App,
+    action: str,
+    filt: _bulk.Filter,
+    *,
+    yes: bool,
+    batch_size: int,
+    reason: str | None = None,
+) -> None:
     """Count, confirm, act, report."""
     verb = action
     with app.connection() as conn:
@@ -88,6 +96,6 @@ def run(app: App, action: str, filt: _bulk.Filter, *, yes: bool, batch_size: int
             click.echo("nothing changed", err=True)
             sys.exit(1)
     with app.connection() as conn:
-        changed = _bulk.act(conn, action, filt, batch_size=batch_size)
+        changed = _bulk.act(conn, action, filt, batch_size=batch_size, reason=reason)
     done = "canceled" if action == "cancel" else "queued again"
     click.echo(f"{changed} runs {done}")

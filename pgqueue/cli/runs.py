@@ -94,7 +94,7 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
 @db_options
 @click.argument("run_id", type=int, required=False)
 @click.option("--children", is_flag=True, help="Cancel its child runs too (one run only).")
-@click.option("--reason", help="Why: stored with the run and shown everywhere (one run only).")
+@click.option("--reason", help="Why: stored with each run it cancels (cancel_reason).")
 @_bulk.filter_options
 def runs_cancel(
     dsn: str | None,
@@ -109,10 +109,9 @@ def runs_cancel(
     don't ask)."""
     app = open_app(dsn, embedded)
     if run_id is None:
-        if reason is not None:
-            fail("--reason goes with one run id (pgqueue runs cancel ID --reason TEXT)")
         yes, size = bulk.pop("yes"), bulk.pop("batch_size")
-        _bulk.run(app, "cancel", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
+        filt = _bulk.build_filter(**bulk)
+        _bulk.run(app, "cancel", filt, yes=yes, batch_size=size, reason=reason)
         return
     _no_filters(bulk)
     app.get_run(run_id)

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgqueue import _bulk, _sql
+from pgqueue import _bulk, _operator, _sql
 from pgqueue import schedules as _schedules
 from pgqueue.dashboard import why
 from pgqueue.errors import RunNotFound, UserError
@@ -292,10 +292,8 @@ def bulk(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
     return _bulk.act(conn, action, bulk_filter(action, filt))
 
 
-def cancel(conn: psycopg.Connection[Any], run_id: int) -> bool:
-    params = {"id": run_id, "children": False, "reason": None}
-    row = conn.execute(_sql.query("cancel"), params).fetchone()
-    return bool(row and row[0])
+def cancel(conn: psycopg.Connection[Any], run_id: int, reason: str | None = None) -> bool:
+    return _operator.cancel(conn, run_id, children=False, reason=reason)
 
 
 def retry(conn: psycopg.Connection[Any], run_id: int) -> bool:

@@ -13,6 +13,7 @@ from pgqueue.dashboard.core import (
     Problem,
     Request,
     Response,
+    form,
     int_param,
     json_response,
     request_json,
@@ -104,11 +105,28 @@ def run_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 def run_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     run_id, action = int(m[1]), m[2]
     with d.db() as conn:
-        done = data.cancel(conn, run_id) if action == "cancel" else data.retry(conn, run_id)
+        if action == "cancel":
+            done = data.cancel(conn, run_id, cancel_reason(req))
+        else:
+            done = data.retry(conn, run_id)
         if not done and not data.exists(conn, run_id):
             raise RunNotFound(f"no run with id {run_id}")
     key = "canceled" if action == "cancel" else "retried"
     return d.acted(req, {"id": run_id, key: done})
+
+
+def cancel_reason(req: Request) -> str | None:
+    """A cancel's optional reason: the form's `reason` field, or {"reason": ...} in a JSON
+    body (any other body, such as an empty multipart one, gives none)."""
+    kind = req.headers.get("content-type", "")
+    if kind.startswith("application/x-www-form-urlencoded"):
+        return form(req).get("reason") or None
+    if not kind.startswith("application/json"):
+        return None
+    reason = request_json(req).get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise Problem(400, "reason must be a string")
+    return reason or None
 
 
 @route("POST", "/api/runs/bulk")

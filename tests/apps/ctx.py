@@ -97,6 +97,10 @@ def progress_quick(reports: int) -> None:
 @app.task(name="ctx.async_progress")
 async def async_progress() -> None:
     ctx = pgqueue.current()
+    try:
+        ctx.wait_cancelled(1)
+    except RuntimeError as exc:
+        record(str(exc).split(":")[0], ctx.run_id)
     ctx.progress(1, 2, "half")
     record("reported", ctx.run_id)
     try:
