@@ -254,3 +254,30 @@ def test_ordered_and_group_rate_claims_read_their_indexes(
     assert not [n for n in seq_scans(plans) if n == "runs"], "the claim scanned pgqueue.runs"
     text = json.dumps(plans)
     assert "runs_group_order_idx" in text and "group_rates_pkey" in text
+
+
+def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Runs already enqueued move to the limited claim when their queue gets a rate limit
+    (or ordered groups), and back when it has none left; new runs are filed by the
+    queue's settings, from Python and from SQL alike."""
+
+    @app.task(queue="later")
+    def later(n: int) -> None: ...
+
+    later.enqueue_many([(i,) for i in range(3)])
+
+    def flags() -> list[bool]:
+        rows = conn.execute("SELECT limited FROM pgqueue.runs ORDER BY id").fetchall()
+        return [r[0] for r in rows]
+
+    assert flags() == [False] * 3
+    app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit="5/m")
+    later.enqueue(3)
+    conn.execute("SELECT pgqueue.enqueue('t', queue => 'later')")
+    assert flags() == [True] * 5
+    app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit=None)
+    assert flags() == [False] * 5
+    app.set_limits("later", concurrency=None, group_concurrency=1, ordered=True)
+    assert flags() == [True] * 5
