@@ -208,6 +208,7 @@ class Producer:
                     and not self.held
                     and not self.executor.executing
                     and not self.completer.unwritten
+                    and not self._rate_pending()  # runs are due, a rate limit holds them
                 ):
                     try:
                         staged, _ = await self.stage()
@@ -327,6 +328,15 @@ class Producer:
         if timer is not None:
             timer.cancel()
         self._rate_timer = loop.call_at(at, self.wake)
+
+    def _rate_pending(self) -> bool:
+        """Whether a rate limit's next slot is still to open (the timer of _wake_in)."""
+        timer = self._rate_timer
+        return (
+            timer is not None
+            and not timer.cancelled()
+            and timer.when() > asyncio.get_running_loop().time()
+        )
 
     # -- recycling --------------------------------------------------------------------
 

@@ -281,3 +281,16 @@ def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
     assert flags() == [False] * 5
     app.set_limits("later", concurrency=None, group_concurrency=1, ordered=True)
     assert flags() == [True] * 5
+
+
+def test_a_burst_worker_waits_for_the_rate_limit_instead_of_exiting(
+    dsn: str, flow: pgqueue.App
+) -> None:
+    """--burst ends when nothing is due: runs held back by a rate limit are due, so a
+    burst worker waits for their slots and exits once all 45 ran (20/s: 3 periods)."""
+    tick.enqueue_many([(i,) for i in range(45)])
+    with WorkerProcess(dsn, APP, "--concurrency", "10", "--burst") as w:
+        assert w.wait(60) == 0, w.output()
+    rows = starts(dsn, "rated")
+    assert len(rows) == 45 and settled(dsn, "rated", 45)
+    assert (rows[-1][0] - rows[0][0]).total_seconds() >= 2.0
