@@ -273,15 +273,16 @@ class Producer:
             # commits: the limit holds for valid leases as the database shows them.
             "finishing": [],
         }
-        limited = queue in self.limits.limited
-        if not limited:
+        query = semaphores.claim_query(queue, self.limits.limited, self.limits.rate_only)
+        marked = query != "claim_limited"
+        if marked:
             params |= self.marks.start(queue)
         undecodable = Undecodable.made
         async with self.pool.connection() as conn:
-            rows = await semaphores.claim(conn, queue, params, limited)
+            rows = await semaphores.claim(conn, queue, params, query)
             if len(rows) < limit and queue in self.limits.rated:
                 self._wake_in(await semaphores.rate_open_in(conn, queue))
-        if not limited:
+        if marked:
             self.marks.landed(queue, rows)
         if rows:
             self.lease_keeper.add(rows)
