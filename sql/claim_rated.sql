@@ -8,9 +8,11 @@
 -- order. `logged` adds the starts to the log (pgqueue.rate_log_add) and writes
 -- rate_open_at when the limit is what cut the claim short (the worker sleeps until
 -- then). A run left out stays `queued`: no attempt used. The scans are claim.sql's
--- (after_priority, after_id: ClaimMarks), each with LIMIT the room left. This claim
--- commits synchronously: a claim lost in a server crash would take its starts out of
--- the log, and the limit could be passed after the restart.
+-- (after_priority, after_id: ClaimMarks), each with LIMIT the room left. Like claim.sql
+-- it commits asynchronously (its claimers wait on each other's commits: a WAL flush per
+-- claim would bound the queue's claims per second); a server crash can lose only a
+-- claim whose attempts wrote nothing yet, and with it its starts from the log: those
+-- runs run again, and the limit can be passed once, by them (docs/flow_control.md).
 WITH q AS (
     SELECT q.rate_limit, q.rate_period, q.rate_slots, q.rate_counts
       FROM pgqueue.queues q
@@ -68,6 +70,7 @@ claimed AS (
            lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
            started_at = (SELECT stamp FROM room)
      WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+       AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
     RETURNING r.*
 ),
 logged AS (

@@ -2,10 +2,11 @@
 
 A queue with `concurrency` and/or `group_concurrency` is claimed by the SQL function
 pgqueue.claim_limited, which holds the queue's row lock for its one statement, so
-claimers of that queue take turns and count exactly; so is a queue with a rate limit or
-ordered groups, and a claim that a rate limit cut short says when to try again. Queues
-without limits use the lock-free SKIP LOCKED claim. Which queues have limits:
-maintenance/queue_limits.py.
+claimers of that queue take turns and count exactly; so is a queue with a group rate
+limit or ordered groups. A queue whose only limit is a queue-level rate limit is claimed
+by claim_rated.sql (claim.sql's scans under the queue's row lock). A claim that a rate
+limit cut short says when to try again. Queues without limits use the lock-free SKIP
+LOCKED claim. Which queues have which limits: maintenance/queue_limits.py.
 """
 
 from __future__ import annotations
