@@ -367,3 +367,16 @@ def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
 def scalar_conn(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()
     return row[0] if row else None
+
+
+def test_a_passed_rate_opening_does_not_wake_the_worker_again(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """rate_open_at.sql: the seconds to wait while the opening is ahead, none once it is
+    more than 0.1 s behind (a paused queue's claims leave it: a worker woken for it would
+    claim in a loop)."""
+    conn.execute("INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 5, 1)")
+    conn.execute("UPDATE pgqueue.queues SET rate_open_at = clock_timestamp() + interval '2 s'")
+    assert 1.5 < scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "r"}) <= 2
+    conn.execute("UPDATE pgqueue.queues SET rate_open_at = clock_timestamp() - interval '1 s'")
+    assert conn.execute(_sql.query("rate_open_at"), {"queue": "r"}).fetchall() == []
