@@ -380,3 +380,28 @@ def test_a_passed_rate_opening_does_not_wake_the_worker_again(
     assert 1.5 < scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "r"}) <= 2
     conn.execute("UPDATE pgqueue.queues SET rate_open_at = clock_timestamp() - interval '1 s'")
     assert conn.execute(_sql.query("rate_open_at"), {"queue": "r"}).fetchall() == []
+
+
+def test_rate_limited_claims_keep_priority_order(conn: psycopg.Connection[Any]) -> None:
+    """Under a rate limit the starts that are allowed go to the most urgent runs first:
+    a queue-level limit (claim_rated.sql) and a group limit (claim_limited())."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 3, 60);
+        INSERT INTO pgqueue.queues (name, group_rate_limit, group_rate_period)
+        VALUES ('g', 2, 60);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority)
+        SELECT 'low', 'r', 'queued', true, 5 FROM generate_series(1, 3);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority)
+        SELECT 'high', 'r', 'queued', true, -5 FROM generate_series(1, 2);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority, group_key)
+        SELECT 'low', 'g', 'queued', true, 5, 'a' FROM generate_series(1, 3);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority, group_key)
+        SELECT 'high', 'g', 'queued', true, -5, 'a' FROM generate_series(1, 1);
+    """)
+    worker = "00000000-0000-0000-0000-000000000001"
+    rated = {"queue": "r", "limit": 10, "worker_id": worker, "lease_seconds": 30}
+    got = conn.execute(_sql.query("claim_rated"), rated | FROM_FRONT).fetchall()
+    assert sorted(r[1] for r in got) == ["high", "high", "low"]
+    grouped = rated | {"queue": "g", "finishing": []}
+    got = conn.execute(_sql.query("claim_limited"), grouped).fetchall()
+    assert sorted(r[1] for r in got) == ["high", "low"]
