@@ -190,8 +190,8 @@ def drain(
     }
 
 
-def drain_sql(conn: Conn, queue: str, limit: int, limited: bool) -> float:
-    """Claim (claim.sql, or claim_limited.sql) and complete
+def drain_sql(conn: Conn, queue: str, limit: int, limited: bool, query: str = "") -> float:
+    """Claim (claim.sql, or claim_limited.sql, or `query`) and complete
     every queued run of `queue` on one connection, running nothing. Returns runs/s."""
     worker_id = uuid.uuid4()
     params = {
@@ -202,7 +202,7 @@ def drain_sql(conn: Conn, queue: str, limit: int, limited: bool) -> float:
         "finishing": [],
         **ClaimMarks().start(""),  # from the front
     }
-    claim_q = _sql.query("claim_limited" if limited else "claim")
+    claim_q = _sql.query(query or ("claim_limited" if limited else "claim"))
     done = 0
     t0 = time.perf_counter()
     while True:

@@ -1,16 +1,16 @@
 """Benchmark: the claim of a queue with a rate limit it never reaches, against a queue
-without limits (docs/flow_control.md: a rate limit costs its queue the limited claim).
+without limits (docs/flow_control.md: what a rate limit costs its queue's claim).
 
-    python -m bench.rates --repeat 5 --runs 20000 --concurrency 50
+    python -m bench.rates --repeat 5 --runs 10000 --concurrency 50
 
 Each round drains n queued async no-op runs of (a) a queue without limits (claim.sql),
-(r) a queue with rate_limit 1000000/s (claim_limited(), the rate log read and written by
-every claim) and (b2) a queue with concurrency 1000, never reached (claim_limited()
-without a rate limit), in a shuffled order, each in a fresh scratch database, with one
-worker process (bench.features.drain). Throughput = n / (max(finished_at) -
-min(started_at)); the ratio (r)/(a) and (b2)/(a) is taken within each round, and the
-report gives the median over the rounds. Also the SQL alone (claim + complete on one
-connection, bench.features.drain_sql).
+(r) a queue with rate_limit 1000000/s (claim_rated.sql: claim.sql's scans under the
+queue's row lock, the rate log read and written by every claim) and (b2) a queue with
+concurrency 1000, never reached (claim_limited(), for reference), in a shuffled order,
+each in a fresh scratch database, with one worker process (bench.features.drain).
+Throughput = n / (max(finished_at) - min(started_at)); the ratios (r)/(a) and (b2)/(a)
+are taken within each round, and the report gives their medians over the rounds. Also
+the SQL alone: claim and complete on one connection (bench.features.drain_sql).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]
             with ctx.scratch.connect() as conn:
                 configure(conn, queue)
                 load(conn, n, task=fa.anoop.name, queue=queue)
-                sql_rate[k].samples.append(drain_sql(conn, queue, concurrency, limited=k != "a"))
+                query = {"a": "claim", "r": "claim_rated", "b2": "claim_limited"}[k]
+                sql_rate[k].samples.append(drain_sql(conn, queue, concurrency, False, query))
             ctx.log(f"  SQL only {label}, round {r + 1}: {fmt(sql_rate[k].samples[-1])} runs/s")
     for fig in ratio.values():
         ctx.log(f"{fig.name}: median {statistics.median(fig.samples):.2f}")

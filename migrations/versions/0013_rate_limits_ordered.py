@@ -22,6 +22,7 @@ def upgrade() -> None:
     for name in (
         "functions/rate_used",
         "functions/rate_log_add",
+        "functions/rate_opens",
         "functions/queue_limits_changed",
         "functions/enqueue",
         "functions/claim_limited",

@@ -208,6 +208,7 @@ class Producer:
                     and not self.held
                     and not self.executor.executing
                     and not self.completer.unwritten
+                    and not self._rate_pending()  # runs are due, a rate limit holds them
                 ):
                     try:
                         staged, _ = await self.stage()
@@ -272,15 +273,16 @@ class Producer:
             # commits: the limit holds for valid leases as the database shows them.
             "finishing": [],
         }
-        limited = queue in self.limits.limited
-        if not limited:
+        query = semaphores.claim_query(queue, self.limits.limited, self.limits.rate_only)
+        marked = query != "claim_limited"
+        if marked:
             params |= self.marks.start(queue)
         undecodable = Undecodable.made
         async with self.pool.connection() as conn:
-            rows = await semaphores.claim(conn, queue, params, limited)
+            rows = await semaphores.claim(conn, queue, params, query)
             if len(rows) < limit and queue in self.limits.rated:
                 self._wake_in(await semaphores.rate_open_in(conn, queue))
-        if not limited:
+        if marked:
             self.marks.landed(queue, rows)
         if rows:
             self.lease_keeper.add(rows)
@@ -327,6 +329,15 @@ class Producer:
         if timer is not None:
             timer.cancel()
         self._rate_timer = loop.call_at(at, self.wake)
+
+    def _rate_pending(self) -> bool:
+        """Whether a rate limit's next slot is still to open (the timer of _wake_in)."""
+        timer = self._rate_timer
+        return (
+            timer is not None
+            and not timer.cancelled()
+            and timer.when() > asyncio.get_running_loop().time()
+        )
 
     # -- recycling --------------------------------------------------------------------
 

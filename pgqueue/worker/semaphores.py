@@ -2,10 +2,11 @@
 
 A queue with `concurrency` and/or `group_concurrency` is claimed by the SQL function
 pgqueue.claim_limited, which holds the queue's row lock for its one statement, so
-claimers of that queue take turns and count exactly; so is a queue with a rate limit or
-ordered groups, and a claim that a rate limit cut short says when to try again. Queues
-without limits use the lock-free SKIP LOCKED claim. Which queues have limits:
-maintenance/queue_limits.py.
+claimers of that queue take turns and count exactly; so is a queue with a group rate
+limit or ordered groups. A queue whose only limit is a queue-level rate limit is claimed
+by claim_rated.sql (claim.sql's scans under the queue's row lock). A claim that a rate
+limit cut short says when to try again. Queues without limits use the lock-free SKIP
+LOCKED claim. Which queues have which limits: maintenance/queue_limits.py.
 """
 
 from __future__ import annotations
@@ -60,13 +61,23 @@ class ClaimMarks:
             self._marks.pop(queue, None)
 
 
+def claim_query(queue: str, limited: set[str], rate_only: set[str]) -> str:
+    """The claim of `queue`: claim_rated (a queue-level rate limit and nothing else: the
+    plain claim's scans under the queue's row lock), claim_limited (any other limit), or
+    claim (no limit)."""
+    if queue in rate_only:
+        return "claim_rated"
+    return "claim_limited" if queue in limited else "claim"
+
+
 async def claim(
-    conn: AsyncConnection[Any], queue: str, params: dict[str, Any], limited: bool
+    conn: AsyncConnection[Any], queue: str, params: dict[str, Any], query: str
 ) -> list[Claimed]:
-    """Claim up to params["limit"] runs of `queue`: one statement, one round trip.
-    A limited claim also takes params["finishing"] (see sql/claim_limited.sql)."""
+    """Claim up to params["limit"] runs of `queue` with `query` (claim_query): one
+    statement, one round trip. claim_limited also takes params["finishing"] (see
+    sql/claim_limited.sql); claim and claim_rated take a ClaimMarks start."""
     async with conn.cursor(row_factory=claimed_row) as cur:
-        await cur.execute(_sql.query("claim_limited" if limited else "claim"), params)
+        await cur.execute(_sql.query(query), params)
         return await cur.fetchall()
 
 

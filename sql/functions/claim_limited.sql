@@ -80,21 +80,27 @@ BEGIN
 
     -- Permits held: runs running under a valid lease, and the attempts whose outcome is
     -- written but whose code still runs in a thread of a live worker (zombie_permits).
-    SELECT coalesce(jsonb_object_agg(b.group_key, b.n), '{}'), coalesce(sum(b.n), 0)
-      INTO busy, running
-      FROM (SELECT h.group_key, count(*) AS n
-              FROM (SELECT r.group_key
-                      FROM pgqueue.runs r
-                     WHERE r.state = 'running' AND r.queue = p_queue
-                       AND r.lease_expires_at > now()
-                       AND r.lease_token <> ALL (p_finishing)
-                    UNION ALL
-                    SELECT z.group_key
-                      FROM pgqueue.zombie_permits z
-                      JOIN pgqueue.workers w ON w.id = z.worker_id
-                     WHERE z.queue = p_queue
-                       AND w.heartbeat_at > now() - z.lease_seconds * interval '1 second') h
-             GROUP BY h.group_key) b;
+    -- Counted only where a permit limit is set: a queue with only rate limits (or
+    -- ordered, which needs group_concurrency) does not count its running runs.
+    busy := '{}';
+    running := 0;
+    IF q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL THEN
+        SELECT coalesce(jsonb_object_agg(b.group_key, b.n), '{}'), coalesce(sum(b.n), 0)
+          INTO busy, running
+          FROM (SELECT h.group_key, count(*) AS n
+                  FROM (SELECT r.group_key
+                          FROM pgqueue.runs r
+                         WHERE r.state = 'running' AND r.queue = p_queue
+                           AND r.lease_expires_at > now()
+                           AND r.lease_token <> ALL (p_finishing)
+                        UNION ALL
+                        SELECT z.group_key
+                          FROM pgqueue.zombie_permits z
+                          JOIN pgqueue.workers w ON w.id = z.worker_id
+                         WHERE z.queue = p_queue
+                           AND w.heartbeat_at > now() - z.lease_seconds * interval '1 second') h
+                 GROUP BY h.group_key) b;
+    END IF;
     budget := least(p_limit, coalesce(q.concurrency, 2147483647) - running);
     gc := coalesce(q.group_concurrency, 2147483647);
     IF q.rate_limit IS NOT NULL AND budget > 0 THEN

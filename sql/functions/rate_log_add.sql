@@ -1,4 +1,4 @@
--- A rate log with `n` more starts at time `at`, for a limit of period `period` seconds:
+-- A rate log with `n` (0 or more) more starts at time `at`, for a limit of period `period` seconds:
 -- entries older than the period are dropped, and the starts go to the slot of `at`,
 -- rounded UP to a fiftieth of the period (added to the newest entry when that is this
 -- slot or a later one). Rounding up only ever counts a start as later than it was, so
@@ -25,7 +25,9 @@ BEGIN
         counts := coalesce(counts[first:last], '{}');
         last := last - first + 1;
     END IF;
-    IF last > 0 AND slots[last] >= slot THEN
+    IF n = 0 THEN
+        RETURN;
+    ELSIF last > 0 AND slots[last] >= slot THEN
         counts[last] := counts[last] + n;
     ELSE
         slots := slots || slot;

@@ -19,6 +19,8 @@ from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flow import app as flow_app
 from tests.apps.flow import slow_tick, step, tick
 from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.sql.test_explain import plan, scans
+from tests.worker.parts import FROM_FRONT
 from tests.worker.test_semaphores import explain_nested, seq_scans
 
 APP = "tests.apps.flow:app"
@@ -254,3 +256,152 @@ def test_ordered_and_group_rate_claims_read_their_indexes(
     assert not [n for n in seq_scans(plans) if n == "runs"], "the claim scanned pgqueue.runs"
     text = json.dumps(plans)
     assert "runs_group_order_idx" in text and "group_rates_pkey" in text
+
+
+def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Runs already enqueued move to the limited claim when their queue gets a rate limit
+    (or ordered groups), and back when it has none left; new runs are filed by the
+    queue's settings, from Python and from SQL alike."""
+
+    @app.task(queue="later")
+    def later(n: int) -> None: ...
+
+    later.enqueue_many([(i,) for i in range(3)])
+
+    def flags() -> list[bool]:
+        rows = conn.execute("SELECT limited FROM pgqueue.runs ORDER BY id").fetchall()
+        return [r[0] for r in rows]
+
+    assert flags() == [False] * 3
+    app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit="5/m")
+    later.enqueue(3)
+    conn.execute("SELECT pgqueue.enqueue('t', queue => 'later')")
+    assert flags() == [True] * 5
+    app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit=None)
+    assert flags() == [False] * 5
+    app.set_limits("later", concurrency=None, group_concurrency=1, ordered=True)
+    assert flags() == [True] * 5
+
+
+def test_a_burst_worker_waits_for_the_rate_limit_instead_of_exiting(
+    dsn: str, flow: pgqueue.App
+) -> None:
+    """--burst ends when nothing is due: runs held back by a rate limit are due, so a
+    burst worker waits for their slots and exits once all 45 ran (20/s: 3 periods)."""
+    tick.enqueue_many([(i,) for i in range(45)])
+    with WorkerProcess(dsn, APP, "--concurrency", "10", "--burst") as w:
+        assert w.wait(60) == 0, w.output()
+    rows = starts(dsn, "rated")
+    assert len(rows) == 45 and settled(dsn, "rated", 45)
+    assert (rows[-1][0] - rows[0][0]).total_seconds() >= 2.0
+
+
+def test_rate_only_claim_reads_the_claim_index(conn: psycopg.Connection[Any]) -> None:
+    """A queue with only a rate limit is claimed by claim_rated.sql: among 100,000
+    finished runs of it and 100,000 of another queue, its three scans read
+    runs_claim_idx, and the update goes by the locked versions' TIDs, as claim.sql."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 100, 1);
+        INSERT INTO pgqueue.runs (task, queue, state, finished_at)
+        SELECT 't', 'r', 'succeeded', now() FROM generate_series(1, 100000);
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'other', 'queued'
+        FROM generate_series(1, 100000);
+        INSERT INTO pgqueue.runs (task, queue, state, limited) SELECT 't', 'r', 'queued', true
+        FROM generate_series(1, 50);
+        ANALYZE pgqueue.runs;
+    """)
+    params = {
+        "queue": "r",
+        "limit": 10,
+        "worker_id": "00000000-0000-0000-0000-000000000001",
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
+    for start in (FROM_FRONT, {"after_priority": 0, "after_id": 150_000}):
+        found = [s for s in scans(plan(conn, "claim_rated", params | start))
+                 if s[0] != "ModifyTable"]  # fmt: skip
+        assert sorted(index or kind for kind, index in found) == sorted(
+            ["runs_claim_idx"] * 3 + ["Tid Scan"]
+        ), found
+    with conn.transaction(force_rollback=True):
+        got = conn.execute(_sql.query("claim_rated"), params).fetchall()
+        assert len(got) == 10
+
+
+def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """5/s from one connection: 5 runs, then none until a second has passed, and the
+    queue's rate_open_at says when (about one second after the first start); a paused
+    queue or one with another limit yields nothing through this claim."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 5, 1);
+        INSERT INTO pgqueue.runs (task, queue, state, limited) SELECT 't', 'r', 'queued', true
+        FROM generate_series(1, 20);
+    """)
+    params = {
+        "queue": "r",
+        "limit": 8,
+        "worker_id": "00000000-0000-0000-0000-000000000001",
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
+    first = conn.execute(_sql.query("claim_rated"), params).fetchall()
+    assert len(first) == 5 and [r[5] for r in first] == [1] * 5  # attempt 1
+    assert conn.execute(_sql.query("claim_rated"), params).fetchall() == []
+    wait = scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "r"})
+    assert 0.5 < wait <= 1.03
+    assert scalar_conn(conn, "SELECT count(*) FROM pgqueue.runs WHERE attempt > 0") == 5
+    conn.execute("UPDATE pgqueue.queues SET concurrency = 3")  # claim_limited's now
+    assert conn.execute(_sql.query("claim_rated"), params).fetchall() == []
+    conn.execute("UPDATE pgqueue.queues SET concurrency = NULL")
+    t0 = time.monotonic()
+    second = wait_until(
+        lambda: conn.execute(_sql.query("claim_rated"), params).fetchall(), message="a slot"
+    )
+    assert len(second) == 5 and time.monotonic() - t0 >= wait - 0.1
+
+
+def scalar_conn(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    return row[0] if row else None
+
+
+def test_a_passed_rate_opening_does_not_wake_the_worker_again(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """rate_open_at.sql: the seconds to wait while the opening is ahead, none once it is
+    more than 0.1 s behind (a paused queue's claims leave it: a worker woken for it would
+    claim in a loop)."""
+    conn.execute("INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 5, 1)")
+    conn.execute("UPDATE pgqueue.queues SET rate_open_at = clock_timestamp() + interval '2 s'")
+    assert 1.5 < scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "r"}) <= 2
+    conn.execute("UPDATE pgqueue.queues SET rate_open_at = clock_timestamp() - interval '1 s'")
+    assert conn.execute(_sql.query("rate_open_at"), {"queue": "r"}).fetchall() == []
+
+
+def test_rate_limited_claims_keep_priority_order(conn: psycopg.Connection[Any]) -> None:
+    """Under a rate limit the starts that are allowed go to the most urgent runs first:
+    a queue-level limit (claim_rated.sql) and a group limit (claim_limited())."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 3, 60);
+        INSERT INTO pgqueue.queues (name, group_rate_limit, group_rate_period)
+        VALUES ('g', 2, 60);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority)
+        SELECT 'low', 'r', 'queued', true, 5 FROM generate_series(1, 3);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority)
+        SELECT 'high', 'r', 'queued', true, -5 FROM generate_series(1, 2);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority, group_key)
+        SELECT 'low', 'g', 'queued', true, 5, 'a' FROM generate_series(1, 3);
+        INSERT INTO pgqueue.runs (task, queue, state, limited, priority, group_key)
+        SELECT 'high', 'g', 'queued', true, -5, 'a' FROM generate_series(1, 1);
+    """)
+    worker = "00000000-0000-0000-0000-000000000001"
+    rated = {"queue": "r", "limit": 10, "worker_id": worker, "lease_seconds": 30}
+    got = conn.execute(_sql.query("claim_rated"), rated | FROM_FRONT).fetchall()
+    assert sorted(r[1] for r in got) == ["high", "high", "low"]
+    grouped = rated | {"queue": "g", "finishing": []}
+    got = conn.execute(_sql.query("claim_limited"), grouped).fetchall()
+    assert sorted(r[1] for r in got) == ["high", "low"]

@@ -9,8 +9,9 @@ from pgqueue.worker._service import Pool, Service
 
 
 class QueueLimits(Service):
-    """Keeps `limited` (the queues with limits) and `rated` (those with a rate limit) up
-    to date; the producer and the executor read them."""
+    """Keeps `limited` (the queues with limits), `rated` (those with a rate limit) and
+    `rate_only` (claimed by claim_rated.sql) up to date; the producer and the executor
+    read them."""
 
     name = "queue limits"
     interval = 5.0
@@ -19,13 +20,15 @@ class QueueLimits(Service):
         self.pool = pool
         self.limited: set[str] = set()
         self.rated: set[str] = set()
+        self.rate_only: set[str] = set()  # a queue-level rate limit and nothing else
 
     async def refresh(self) -> None:
         async with self.pool.connection() as conn:
             cur = await conn.execute(_sql.query("queue_limits"))
             rows = await cur.fetchall()
-        self.limited = {name for name, _ in rows}
-        self.rated = {name for name, rated in rows if rated}
+        self.limited = {name for name, _, _ in rows}
+        self.rated = {name for name, rated, _ in rows if rated}
+        self.rate_only = {name for name, _, rate_only in rows if rate_only}
 
     async def tick(self) -> float:
         await self.refresh()
