@@ -6,7 +6,8 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -14,6 +15,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgqueue import _enqueue, _inserts, _inspect, _json, _operator, _pool, _registry, db, migrate
+from pgqueue import batches as _batches
 from pgqueue import retention as _retention
 from pgqueue import schedules as _schedules
 from pgqueue._bulk import BulkActions
@@ -299,25 +301,50 @@ class App(BulkActions, AsyncApp):
         """Insert prepared rows with one statement; the engine behind every enqueue."""
         if not rows:
             return []
-        caller = self.caller_connection(conn)
-        if caller is None and self.enqueue_deferrer is not None:
-            deferred = self.enqueue_deferrer(self, rows)
-            if deferred is not None:
-                return deferred
+        batch = _batches.active(self)
+        if batch is not None:  # inside app.batch(): its transaction, its id on the runs
+            caller: psycopg.Connection[Any] | None = batch.connection(conn)
+        else:
+            caller = self.caller_connection(conn)
+            if caller is None and self.enqueue_deferrer is not None:
+                deferred = self.enqueue_deferrer(self, rows)
+                if deferred is not None:
+                    return deferred
+        batch_id = None if batch is None else batch.id
         if self.tracing is not None:
             with self.tracing.enqueue(rows) as traced:
-                return traced(self._insert(rows, caller, traced.headers))
-        return self._insert(rows, caller, None)
+                return traced(self._insert(rows, caller, traced.headers, batch_id))
+        return self._insert(rows, caller, None, batch_id)
 
     def _insert(
-        self, rows: Sequence[RunRow], caller: psycopg.Connection[Any] | None, headers: str | None
+        self,
+        rows: Sequence[RunRow],
+        caller: psycopg.Connection[Any] | None,
+        headers: str | None,
+        batch_id: int | None = None,
     ) -> list[RunHandle]:
-        op = _inserts.Insert(self, rows, headers)
+        op = _inserts.Insert(self, rows, headers, batch_id)
         with self.connection(caller) as c:
             found = c.execute(op.query, op.params).fetchone()
             lookup = op.lookup(found)
             existing = c.execute(*lookup).fetchall() if lookup else []
         return op.handles(found, existing)
+
+    def batch(
+        self,
+        on_complete: Task[Any, Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> AbstractContextManager[_batches.Batch]:
+        """`with app.batch(on_complete=task, kwargs={...}) as batch:` collects the runs
+        enqueued in the block (one transaction: `conn`'s, else its own) and enqueues
+        `task(batch={...counts}, **kwargs)` once when the last of them is terminal
+        (pgqueue.batches)."""
+        return _batches.open_batch(self, on_complete, kwargs, conn)
+
+    def get_batch(self, batch_id: int) -> _batches.BatchState:
+        return _batches.get_batch(self, batch_id)
 
     def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
         with self.connection(conn) as c:

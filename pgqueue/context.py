@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,23 @@ class Context:
         """Run `task` as a child run and wait durably for its result (ChildFailed if it
         fails). Idempotent per parent run and step name."""
         return self.durable.call(name, task, args, kwargs)
+
+    def map(
+        self,
+        name: str,
+        task: Task[Any, Any],
+        items: Iterable[Any],
+        /,
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Run `task` once per item as child runs (an item is an args tuple/list, a kwargs
+        dict, or the one argument) and wait durably for all; their results in the items'
+        order. A failed child raises ChildFailed, or with `return_exceptions=True` takes
+        its place in the list. Idempotent per parent run and step name."""
+        from pgqueue._fanout import map_children
+
+        return map_children(self.durable, name, task, items, return_exceptions)
 
     def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
         """Start `task` as a child run without waiting. Idempotent per run and name."""
