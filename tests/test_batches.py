@@ -182,3 +182,16 @@ def test_wait_times_out_with_the_counts_so_far(app: pgqueue.App) -> None:
         flow.member.enqueue(1)
     with pytest.raises(TimeoutError, match="0 of 1 members finished"):
         batch.wait(timeout=0.2)
+
+
+def test_enqueue_async_inside_a_batch_is_refused(app: pgqueue.App) -> None:
+    import asyncio
+
+    async def enqueue() -> None:
+        await flow.member.enqueue_async(1)
+
+    with (
+        pytest.raises(UserError, match=r"enqueue_async inside app\.batch"),
+        flow.app.batch(on_complete=flow.on_batch_done),
+    ):
+        asyncio.run(enqueue())

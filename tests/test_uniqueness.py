@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue.errors import InvalidArguments
+from pgqueue.errors import InvalidArguments, UserError
 from tests.apps import flow
 from tests.helpers import ROOT, wait_until
 
@@ -227,3 +227,18 @@ def test_bad_uniqueness_options_say_what_to_do(
 def test_enqueue_many_refuses_one_key_for_all_items(member: Any) -> None:
     with pytest.raises(ValueError, match="pass a function of the run's arguments"):
         member.options(unique_key="k").enqueue_many([(1,), (2,)])
+
+
+def test_retry_of_a_run_whose_key_a_newer_run_holds_says_what_to_do(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="k", unique_while="active")
+    first = bound.enqueue(1)
+    _start(conn, first.id)
+    _finish(conn, first.id)
+    newer = bound.enqueue(2)
+    assert newer.created
+    with pytest.raises(UserError, match="a newer run holds its unique key"):
+        flow.app.retry(first.id)
+    flow.app.cancel(newer.id)
+    assert flow.app.retry(first.id)

@@ -28,7 +28,8 @@ CREATE UNIQUE INDEX runs_unique_key_idx ON pgqueue.runs (unique_key)
 -- A batch: runs enqueued together (app.batch()), and the task enqueued once when the last
 -- of them is terminal. `total` is set when the batch's transaction seals it; the counters
 -- move as members enter (or, on an operator's retry, leave) a terminal state. One row per
--- batch, updated by every member's completion: a low fillfactor keeps those updates HOT.
+-- batch, updated by every transaction that finishes members: a low fillfactor keeps
+-- those updates HOT.
 CREATE TABLE pgqueue.batches (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     on_complete     text NOT NULL,
@@ -53,10 +54,17 @@ CREATE TABLE pgqueue.batches (
 -- A batch's members (sealing counts them; inspection lists them).
 CREATE INDEX runs_batch_idx ON pgqueue.runs (batch_id) WHERE batch_id IS NOT NULL;
 
--- Only members fire it, and only when their state changes: runs outside a batch pay for
--- the WHEN test alone.
+-- Members whose state changed fire both (runs outside a batch pay for the WHEN test
+-- alone): the first notes the change in the transaction, the second, deferred to the
+-- commit, adds the transaction's changes to the batches' counters once.
 CREATE TRIGGER runs_batch_member
-    AFTER UPDATE OF state ON pgqueue.runs
+    AFTER UPDATE ON pgqueue.runs
     FOR EACH ROW
     WHEN (NEW.batch_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
     EXECUTE FUNCTION pgqueue.batch_member_changed();
+CREATE CONSTRAINT TRIGGER runs_batch_flush
+    AFTER UPDATE ON pgqueue.runs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.batch_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION pgqueue.batch_flush();
