@@ -237,3 +237,13 @@ def test_other_commands_refuse_bad_values_in_one_line(
     capsys: Any, dsn: str, args: list[str], fragment: str
 ) -> None:
     assert_user_error(cli(capsys, *args, "--dsn", dsn), fragment)
+
+
+def test_enqueue_with_a_unique_key(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    base = ["enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", "--json"]
+    first = cli(capsys, *base, "--unique-key", "reindex:1", "--unique-while", "active")
+    again = cli(capsys, *base, "--unique-key", "reindex:1", "--unique-while", "active")
+    assert first[0] == again[0] == 0
+    assert json.loads(first[1])["created"] and not json.loads(again[1])["created"]
+    assert json.loads(first[1])["id"] == json.loads(again[1])["id"]
+    assert_user_error(cli(capsys, *base, "--unique-for", "5"), "needs a unique_key")
