@@ -9,6 +9,10 @@ migrated scratch database. Time = enqueue (wall clock, the batch's seal included
 (max(finished_at) - min(started_at) of the runs, on the database clock; for the batch,
 until its callback was enqueued, in the transaction of the last member's completion).
 Reported: medians per kind and the ratio of the medians (target <= 1.10).
+
+With --sql, also what the batch triggers cost the server alone: N member runs and N runs
+outside a batch, finished by UPDATEs of --chunk runs per transaction (a completion's
+shape, without the worker), the two kinds in alternating chunks; the time per run of each.
 """
 
 from __future__ import annotations
@@ -78,6 +82,42 @@ def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> floa
             w.wait(30)
 
 
+def sql_only(dsn: str, n: int, chunk: int) -> tuple[float, float]:
+    """Seconds per run of finishing runs outside a batch, and batch members."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pgqueue.batches (on_complete, queue, total) VALUES"
+            " ('bench.batch_done', %s, %s)",
+            (batch_apps.QUEUE, n),
+        )
+        conn.execute(
+            "INSERT INTO pgqueue.runs (task, queue, state, batch_id)"
+            " SELECT 't', 'x', 'queued', CASE WHEN g %% 2 = 0 THEN 1 END"
+            " FROM generate_series(1, %s) g",
+            (2 * n,),
+        )
+        conn.execute("VACUUM (ANALYZE) pgqueue.runs")
+        ids = {
+            kind: [r[0] for r in conn.execute(
+                f"SELECT id FROM pgqueue.runs WHERE batch_id IS {test} ORDER BY id"
+            )]
+            for kind, test in (("plain", "NULL"), ("batch", "NOT NULL"))
+        }  # fmt: skip
+        spent = {"plain": 0.0, "batch": 0.0}
+        finish = (
+            "UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now() WHERE id = ANY(%s)"
+        )
+        for i, start in enumerate(range(0, n, chunk)):
+            order = ("plain", "batch") if i % 2 == 0 else ("batch", "plain")
+            for kind in order:
+                t0 = time.perf_counter()
+                conn.execute(finish, (ids[kind][start : start + chunk],))
+                spent[kind] += time.perf_counter() - t0
+        done = conn.execute("SELECT callback_run_id IS NOT NULL FROM pgqueue.batches").fetchone()
+        assert done is not None and done[0], "the callback was not enqueued"
+    return spent["plain"] / n, spent["batch"] / n
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.batches", description=__doc__)
     p.add_argument("--runs", type=int, default=100_000)
@@ -86,8 +126,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--concurrency", type=int, default=50, help="per worker process")
     p.add_argument("--server", default=DEFAULT_SERVER)
     p.add_argument("--db", default="pgqueue_bench_batches")
+    p.add_argument("--sql", action="store_true", help="also the triggers' cost alone")
+    p.add_argument("--chunk", type=int, default=100, help="runs per UPDATE with --sql")
     args = p.parse_args(argv)
     scratch = Scratch(args.server, args.db)
+    if args.sql:
+        costs = [sql_only(scratch.fresh(), args.runs, args.chunk) for _ in range(args.repeat)]
+        plain_us = statistics.median(c[0] for c in costs) * 1e6
+        batch_us = statistics.median(c[1] for c in costs) * 1e6
+        print(
+            f"SQL alone, per run finished ({args.chunk} per transaction): outside a batch "
+            f"{plain_us:.1f} us, batch member {batch_us:.1f} us (+{batch_us - plain_us:.1f} us)",
+            flush=True,
+        )
     times: dict[str, list[float]] = {"plain": [], "batch": []}
     try:
         for r in range(args.repeat):

@@ -5,7 +5,7 @@ The block is one transaction (the caller's `conn=`, else one of the App's connec
 It opens a row of pgqueue.batches, every enqueue inside it (enqueue, enqueue_many, the
 caller's conn=) writes the batch's id on its runs, and the end of the block seals the
 batch with the number of its members. Counting the finished members and enqueuing the
-callback happen in the database (sql/functions/batch_member_changed.sql): in the
+callback happen in the database (sql/functions/batch_note.sql, batch_flush.sql): in the
 transaction that finishes the last member, whichever worker or path finishes it.
 """
 

@@ -1,5 +1,5 @@
 """Uniqueness scopes (pgqueue.runs.unique_key, unique_while) and batches (pgqueue.batches,
-pgqueue.runs.batch_id, the triggers that count a batch's finished members).
+pgqueue.runs.batch_id, the trigger that counts a batch's finished members).
 
 Revision ID: 0012
 Revises: 0011
@@ -18,7 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    for name in ("enqueue_unique", "batch_settle", "batch_member_changed", "batch_flush"):
+    for name in ("enqueue_unique", "batch_settle", "batch_note", "batch_flush"):
         op.execute(_sql.definition(f"functions/{name}"))
     op.execute(Path(__file__).with_suffix(".sql").read_text())
 

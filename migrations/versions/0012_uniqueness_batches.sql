@@ -54,17 +54,15 @@ CREATE TABLE pgqueue.batches (
 -- A batch's members (sealing counts them; inspection lists them).
 CREATE INDEX runs_batch_idx ON pgqueue.runs (batch_id) WHERE batch_id IS NOT NULL;
 
--- Members whose state changed fire both (runs outside a batch pay for the WHEN test
--- alone): the first notes the change in the transaction, the second, deferred to the
--- commit, adds the transaction's changes to the batches' counters once.
-CREATE TRIGGER runs_batch_member
-    AFTER UPDATE ON pgqueue.runs
-    FOR EACH ROW
-    WHEN (NEW.batch_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
-    EXECUTE FUNCTION pgqueue.batch_member_changed();
+-- Members whose state changed call pgqueue.batch_note() (runs outside a batch pay for
+-- the first two tests of the WHEN condition alone), which notes the change in the
+-- transaction and answers true for the transaction's first change only: the trigger is
+-- queued once per transaction, and at commit it adds the transaction's changes to the
+-- batches' counters.
 CREATE CONSTRAINT TRIGGER runs_batch_flush
     AFTER UPDATE ON pgqueue.runs
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (NEW.batch_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
+    WHEN (NEW.batch_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state
+          AND pgqueue.batch_note(OLD.state, NEW.state, NEW.batch_id))
     EXECUTE FUNCTION pgqueue.batch_flush();

@@ -1,7 +1,7 @@
 -- Trigger function of runs_batch_flush (a constraint trigger, deferred: it fires when the
--- transaction commits, once per member change; the first firing does the work and the
--- others find nothing to do). Adds the transaction's batch changes (see
--- pgqueue.batch_member_changed()) to the counters of pgqueue.batches: one UPDATE per
+-- transaction commits, once per transaction that changed members: see
+-- pgqueue.batch_note()). Adds the transaction's batch changes to the counters of
+-- pgqueue.batches: one UPDATE per
 -- batch and transaction, in batch id order (concurrent committers lock batches in the
 -- same order). The row lock makes concurrent completions add up one after the other and
 -- is held only while their transactions commit; exactly one of them sees a batch's count

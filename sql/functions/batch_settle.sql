@@ -1,7 +1,7 @@
 -- Enqueue a batch's callback if the batch is sealed, every member is terminal and no
 -- callback was enqueued yet; returns the callback's run id (NULL if none was enqueued).
--- Called with the batch's row locked, by pgqueue.batch_member_changed() when the last
--- member finishes and by the sealing of a batch (an empty batch completes at once).
+-- Called with the batch's row locked, by pgqueue.batch_flush() when the last member
+-- finishes and by the sealing of a batch (an empty batch completes at once).
 -- The callback receives the batch's kwargs plus `batch`, the counts; its idempotency key
 -- is derived from the batch, a second guard against a second callback.
 CREATE OR REPLACE FUNCTION pgqueue.batch_settle(batch bigint) RETURNS bigint

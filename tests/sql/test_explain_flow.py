@@ -81,11 +81,11 @@ def test_runs_outside_a_batch_call_no_batch_trigger_function(
         conn.execute(
             "UPDATE pgqueue.runs SET state = 'canceled', finished_at = now() WHERE batch_id IS NULL"
         )
-        assert _calls(conn, "batch_member_changed") == 0
+        assert _calls(conn, "batch_note") == 0
         conn.execute(
             "UPDATE pgqueue.runs SET state = 'canceled', finished_at = now() WHERE batch_id = 1"
         )
-        assert _calls(conn, "batch_member_changed") == 1
+        assert _calls(conn, "batch_note") == 1
     # the commit added the member up and enqueued the callback
     row = conn.execute("SELECT canceled, callback_run_id FROM pgqueue.batches").fetchone()
     assert row is not None and row[0] == 1 and row[1] is not None
