@@ -8,7 +8,9 @@ Each repeat measures both kinds, in alternating order, each on a freshly created
 migrated scratch database. Time = enqueue (wall clock, the batch's seal included) + drain
 (max(finished_at) - min(started_at) of the runs, on the database clock; for the batch,
 until its callback was enqueued, in the transaction of the last member's completion).
-Reported: medians per kind and the ratio of the medians (target <= 1.10).
+Reported: medians per kind and the ratio of the medians (target <= 1.10), and the same for
+the CPU seconds of the workers and their server backends over the drain (less sensitive
+than wall time to other load on a shared machine).
 
 With --sql, also what the batch triggers cost the server alone: N member runs and N runs
 outside a batch, finished by UPDATEs of --chunk runs per transaction (a completion's
@@ -26,7 +28,7 @@ import time
 import psycopg
 
 from bench import batch_apps
-from bench.common import DEFAULT_SERVER, ROOT, Scratch, subprocess_env
+from bench.common import DEFAULT_SERVER, ROOT, Scratch, cpu_seconds, subprocess_env
 
 CHUNK = 1000
 
@@ -48,7 +50,9 @@ def enqueue(dsn: str, n: int, batched: bool) -> float:
     return spent
 
 
-def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> float:
+def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> tuple[float, float]:
+    """The drain's seconds (database clock) and the CPU seconds of the workers and of
+    their server backends (read before they stop)."""
     cmd = [
         sys.executable, "-m", "pgqueue", "worker", "--app", "bench.batch_apps:app",
         "--dsn", dsn, "--queues", batch_apps.QUEUE, "--concurrency", str(concurrency),
@@ -69,12 +73,20 @@ def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> floa
                 if time.monotonic() > deadline:
                     raise TimeoutError("the drain took over 600 s")
                 time.sleep(0.05)
+            backends = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ]
+            cpu = cpu_seconds([w.pid for w in workers] + backends)
             row = conn.execute(
                 "SELECT extract(epoch FROM max(finished_at) - min(started_at)), count(*)"
                 " FROM pgqueue.runs WHERE task = 'bench.batch_member' AND state = 'succeeded'"
             ).fetchone()
             assert row is not None and row[1] == n, row
-            return float(row[0])
+            return float(row[0]), cpu
     finally:
         for w in workers:
             w.terminate()
@@ -140,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     times: dict[str, list[float]] = {"plain": [], "batch": []}
+    cpus: dict[str, list[float]] = {"plain": [], "batch": []}
     try:
         for r in range(args.repeat):
             kinds = ("plain", "batch") if r % 2 == 0 else ("batch", "plain")
@@ -147,14 +160,24 @@ def main(argv: list[str] | None = None) -> None:
                 dsn = scratch.fresh()
                 batched = kind == "batch"
                 e = enqueue(dsn, args.runs, batched)
-                d = drain(dsn, args.runs, args.procs, args.concurrency, batched)
+                d, cpu = drain(dsn, args.runs, args.procs, args.concurrency, batched)
                 times[kind].append(e + d)
-                print(f"repeat {r + 1} {kind:5}: enqueue {e:6.2f} s  drain {d:6.2f} s", flush=True)
+                cpus[kind].append(cpu)
+                print(
+                    f"repeat {r + 1} {kind:5}: enqueue {e:6.2f} s  drain {d:6.2f} s"
+                    f"  drain CPU {cpu:6.2f} s",
+                    flush=True,
+                )
     finally:
         scratch.drop()
     plain, batch = (statistics.median(times[k]) for k in ("plain", "batch"))
     print(f"median plain {plain:.2f} s, batch {batch:.2f} s: ratio {batch / plain:.3f}")
     print(f"runs/s plain {args.runs / plain:,.0f}, batch {args.runs / batch:,.0f}")
+    cpu_plain, cpu_batch = (statistics.median(cpus[k]) for k in ("plain", "batch"))
+    print(
+        f"drain CPU (workers + their backends) plain {cpu_plain:.2f} s, batch "
+        f"{cpu_batch:.2f} s: ratio {cpu_batch / cpu_plain:.3f}"
+    )
 
 
 if __name__ == "__main__":
