@@ -196,3 +196,26 @@ def test_enqueue_async_inside_a_batch_is_refused(app: pgqueue.App) -> None:
         flow.app.batch(on_complete=flow.on_batch_done),
     ):
         asyncio.run(enqueue())
+
+
+def test_one_statement_that_cancels_many_members_counts_them_all(
+    app: pgqueue.App, dsn: str
+) -> None:
+    """A bulk action over a large batch in one transaction: the changes noted per row stay
+    short (they are summed as they grow), and the commit counts every member."""
+    n = 20_000
+    with app.batch(on_complete=flow.on_batch_done) as batch:
+        flow.member.enqueue_many([(i,) for i in range(n)])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgqueue.runs SET state = 'canceled', finished_at = now()"
+            " WHERE batch_id = %s AND id %% 2 = 0",
+            (batch.id,),
+        )
+        conn.execute(
+            "UPDATE pgqueue.runs SET state = 'failed', finished_at = now()"
+            " WHERE batch_id = %s AND id %% 2 = 1",
+            (batch.id,),
+        )
+    state = batch.wait(timeout=5)
+    assert (state.total, state.failed, state.canceled, state.succeeded) == (n, n // 2, n // 2, 0)

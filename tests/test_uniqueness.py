@@ -41,19 +41,16 @@ def member(dsn: str) -> Any:
     flow.app.close()
 
 
-@pytest.mark.parametrize("scope", ["queued", "active", "retained"])
-def test_four_processes_enqueueing_one_key_a_thousand_times_create_one_run(
-    dsn: str, conn: psycopg.Connection[Any], scope: str
-) -> None:
+def _hammer(dsn: str, conn: psycopg.Connection[Any], key: str, scope: str) -> set[int]:
+    """Four processes enqueue `key` 1,000 times each, released together; asserts that one
+    enqueue in all created a run, and returns the run ids the 4,000 handles name."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PGQUEUE_DSN": dsn}
-    code = (
-        "from tests.apps.flow import hammer; import sys; hammer(*sys.argv[1:2], 250, sys.argv[2])"
-    )
+    code = "from tests.apps.flow import hammer; import sys; hammer(sys.argv[1], 1000, sys.argv[2])"
     with psycopg.connect(dsn, autocommit=True) as gate:
         gate.execute("SELECT pg_advisory_lock(7)")  # holds the four back until all are ready
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", code, f"reindex:{scope}", scope],
+                [sys.executable, "-c", code, key, scope],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -68,14 +65,32 @@ def test_four_processes_enqueueing_one_key_a_thousand_times_create_one_run(
             message="the four enqueuers to wait at the gate",
         )
         gate.execute("SELECT pg_advisory_unlock(7)")
-        outputs = [p.communicate(timeout=120)[0].split() for p in procs]
+        outputs = [p.communicate(timeout=300)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    runs = conn.execute(
-        "SELECT id FROM pgqueue.runs WHERE unique_key = %s", (f"reindex:{scope}",)
-    ).fetchall()
-    assert len(runs) == 1
-    assert sum(int(out[0]) for out in outputs) == 1  # one enqueue of 1,000 created it
-    assert {int(i) for out in outputs for i in out[1:]} == {runs[0][0]}
+    assert sum(int(out[0]) for out in outputs) == 1  # one enqueue of 4,000 created a run
+    return {int(i) for out in outputs for i in out[1:]}
+
+
+@pytest.mark.parametrize("scope", ["queued", "active", "retained"])
+def test_four_processes_enqueueing_one_key_a_thousand_times_create_one_run_per_window(
+    dsn: str, conn: psycopg.Connection[Any], scope: str
+) -> None:
+    key = f"reindex:{scope}"
+    first = _hammer(dsn, conn, key, scope)
+    assert len(first) == 1
+    (run_id,) = first
+    # end the window: the run starts (queued), finishes (active), is pruned (retained)
+    if scope == "retained":
+        conn.execute("DELETE FROM pgqueue.runs WHERE id = %s", (run_id,))
+    else:
+        _start(conn, run_id)
+        if scope == "active":
+            _finish(conn, run_id)
+    second = _hammer(dsn, conn, key, scope)
+    assert len(second) == 1 and second != first
+    runs = conn.execute("SELECT id FROM pgqueue.runs WHERE unique_key = %s ORDER BY id", (key,))
+    expected = sorted(second if scope == "retained" else first | second)
+    assert [r[0] for r in runs] == expected
 
 
 def test_scope_queued_ends_when_the_run_starts(member: Any, conn: psycopg.Connection[Any]) -> None:

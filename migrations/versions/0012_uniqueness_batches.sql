@@ -54,15 +54,17 @@ CREATE TABLE pgqueue.batches (
 -- A batch's members (sealing counts them; inspection lists them).
 CREATE INDEX runs_batch_idx ON pgqueue.runs (batch_id) WHERE batch_id IS NOT NULL;
 
--- Members whose state changed call pgqueue.batch_note() (runs outside a batch pay for
--- the first two tests of the WHEN condition alone), which notes the change in the
--- transaction and answers true for the transaction's first change only: the trigger is
--- queued once per transaction, and at commit it adds the transaction's changes to the
--- batches' counters.
+-- Members that enter or leave a terminal state call pgqueue.batch_note() (runs outside a
+-- batch pay for the first test of the WHEN condition alone; members for the state tests
+-- on their other changes), which notes the change in the transaction and answers true for
+-- the transaction's first change: the trigger is queued once per transaction, and at
+-- commit it adds the transaction's changes to the batches' counters.
 CREATE CONSTRAINT TRIGGER runs_batch_flush
     AFTER UPDATE ON pgqueue.runs
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (NEW.batch_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state
+    WHEN (NEW.batch_id IS NOT NULL
+          AND (OLD.state IN ('succeeded', 'failed', 'canceled'))
+              IS DISTINCT FROM (NEW.state IN ('succeeded', 'failed', 'canceled'))
           AND pgqueue.batch_note(OLD.state, NEW.state, NEW.batch_id))
     EXECUTE FUNCTION pgqueue.batch_flush();
