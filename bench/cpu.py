@@ -38,26 +38,12 @@ from typing import Any
 import psycopg
 
 from bench import compare
-from bench.common import DEFAULT_SERVER
+from bench.common import DEFAULT_SERVER, cpu_seconds
 
-TICK = os.sysconf("SC_CLK_TCK")
 WAL = (
     "SELECT w.wal_sync, w.wal_records, d.xact_commit"
     " FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()"
 )
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU of `pids` (those that still exist)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / TICK
 
 
 def peak_rss_mb(pid: int) -> float:

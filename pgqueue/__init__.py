@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from pgqueue._checks import ValidationError
 from pgqueue.app import App, QueueConfig
+from pgqueue.batches import Batch, BatchState
 from pgqueue.context import Context, current
 from pgqueue.errors import (
     ChildFailed,
@@ -32,6 +33,8 @@ from pgqueue.tasks import Task
 
 __all__ = [
     "App",
+    "Batch",
+    "BatchState",
     "ChildFailed",
     "ConfigError",
     "Context",

@@ -5,7 +5,10 @@ were already taken, and how the answers become RunHandles.
 - one run: sql/enqueue_run.sql (a plain INSERT; its ON CONFLICT costs nothing on one row);
 - several runs: one JSON document, sql/enqueue_runs.sql, or sql/enqueue_runs_keyed.sql when
   some run has an idempotency key (ON CONFLICT makes every row a speculative insertion,
-  about 9% of the server's time per row, so batches without keys go without it).
+  about 9% of the server's time per row, so batches without keys go without it);
+- runs with a unique key: sql/enqueue_unique.sql, a call of pgqueue.enqueue_unique()
+  (sql/functions/), which loops per run over the cases of a key in scope.
+Every statement takes `batch_id`: the app.batch() the runs join (pgqueue.batches), or NULL.
 """
 
 from __future__ import annotations
@@ -40,13 +43,26 @@ class Insert:
     `lookup(found)` if it returns a statement (keys that other runs held), then
     `handles(found, existing)`."""
 
-    def __init__(self, app: App, rows: Sequence[RunRow], headers: str | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        rows: Sequence[RunRow],
+        headers: str | None = None,
+        batch_id: int | None = None,
+    ) -> None:
         self.app = app
         self.rows = rows
-        self.keyed = not isinstance(rows, RunBatch) and any(
-            r.idempotency_key is not None for r in rows
+        plain = isinstance(rows, RunBatch)
+        self.unique = not plain and any(r.unique_key is not None for r in rows)
+        self.keyed = (
+            not plain and not self.unique and any(r.idempotency_key is not None for r in rows)
         )
-        self.query, self.params = _statement(rows, self.keyed)
+        if self.unique:
+            self.query = _sql.query("enqueue_unique")
+            self.params: dict[str, Any] = {"runs": _unique_document(rows)}
+        else:
+            self.query, self.params = _statement(rows, self.keyed)
+        self.params["batch_id"] = batch_id
         self.params["notify"] = app.notify
         # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
         # when the app is traced (pgqueue.contrib.otel), else NULL
@@ -71,6 +87,12 @@ class Insert:
         statement's rows follow the rows' order. A run whose key was taken (by an earlier
         run, or by an earlier row of this batch) gets the holder's id and created=False."""
         app = self.app
+        if self.unique:
+            assert found is not None
+            return [
+                RunHandle(run_id, app, created=created)
+                for run_id, created in zip(found[0], found[1], strict=True)
+            ]
         ids, keys = _ids_keys(found)
         if not self.keyed:
             return RunHandle.many(ids, app)
@@ -153,3 +175,29 @@ def _element(row: RunRow) -> str:
         ]
     )
     return f"[{row.args},{row.kwargs},{rest[1:]}"
+
+
+def _unique_document(rows: Sequence[RunRow]) -> str:
+    """The runs as pgqueue.enqueue_unique() reads them: one JSON object per run."""
+    parts = []
+    for row in rows:
+        fields = _ENCODER.encode(
+            {
+                "task": row.task,
+                "queue": row.queue,
+                "priority": row.priority,
+                "max_attempts": row.max_attempts,
+                "timeout_seconds": row.timeout_seconds,
+                "group_key": row.group_key,
+                "idempotency_key": row.idempotency_key,
+                "run_at": None if row.run_at is None else row.run_at.isoformat(),
+                "delay": row.delay,
+                "parent_id": row.parent_id,
+                "unique_key": row.unique_key,
+                "unique_while": row.unique_while,
+                "unique_for": row.unique_for,
+                "replace": row.replace,
+            }
+        )
+        parts.append(f'{fields[:-1]},"args":{row.args},"kwargs":{row.kwargs}}}')
+    return "[" + ",".join(parts) + "]"

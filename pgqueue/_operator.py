@@ -10,6 +10,7 @@ import psycopg
 from pgqueue import _sql
 from pgqueue._checks import MAX_REASON_BYTES, check_key
 from pgqueue._rates import Rate, parse_rate, rate_params
+from pgqueue.errors import UserError
 from pgqueue.runs import check_run_id
 
 Conn = psycopg.Connection[Any]
@@ -23,7 +24,15 @@ def cancel(conn: Conn, run_id: int, *, children: bool, reason: str | None = None
 
 
 def retry(conn: Conn, run_id: int) -> bool:
-    row = conn.execute(_sql.query("retry"), {"id": check_run_id(run_id)}).fetchone()
+    try:
+        row = conn.execute(_sql.query("retry"), {"id": check_run_id(run_id)}).fetchone()
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != "runs_unique_key_idx":
+            raise
+        raise UserError(
+            f"run {run_id} cannot be retried: a newer run holds its unique key in the same "
+            "scope; cancel that run first, or wait until it finishes"
+        ) from None
     return bool(row and row[0])
 
 

@@ -5,14 +5,14 @@ pgqueue._inserts."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 import psycopg
 
-from pgqueue import _json
+from pgqueue import _json, _unique
 from pgqueue._checks import check_key, check_max_attempts, check_name, check_priority, check_seconds
 from pgqueue.errors import InvalidArguments
 
@@ -37,6 +37,13 @@ class EnqueueOptions:
     idempotency_key: str | None = None
     group: str | None = None
     parent_id: int | None = None
+    # uniqueness scopes (pgqueue._unique, docs/flow_control.md): a str, or a function of
+    # the run's arguments returning one (enqueue_many's per-item keys)
+    unique_key: str | Callable[..., str | None] | None = None
+    unique_while: str | None = None
+    unique_for: float | timedelta | None = None
+    on_duplicate: str | None = None
+    debounce: float | timedelta | None = None
 
     @property
     def sync_conn(self) -> psycopg.Connection[Any] | None:
@@ -69,6 +76,10 @@ class RunRow:
     run_at: datetime | None
     delay: float | None
     parent_id: int | None
+    unique_key: str | None = None
+    unique_while: str | None = None
+    unique_for: float | None = None
+    replace: bool = False
 
 
 class RunBatch(Sequence[RunRow]):
@@ -100,6 +111,11 @@ class RunBatch(Sequence[RunRow]):
     ) -> RunBatch:
         if opts.idempotency_key is not None:
             raise ValueError("enqueue_many cannot share one idempotency_key across runs")
+        if isinstance(opts.unique_key, str):
+            raise ValueError(
+                "enqueue_many cannot share one unique_key across runs: pass a function of "
+                "the run's arguments (unique_key=lambda user_id: f'reindex:{user_id}')"
+            )
         group_fn: GroupFn | None = None
         group = opts.group
         if group is None:
@@ -227,6 +243,25 @@ def build_row(
         check_key("group key", group_key)
     if opts.idempotency_key is not None:
         check_key("idempotency key", opts.idempotency_key)
+    uniq = None
+    if (
+        opts.unique_key is not None
+        or opts.unique_while is not None
+        or opts.unique_for is not None
+        or opts.on_duplicate is not None
+        or opts.debounce is not None
+    ):
+        uniq = _unique.from_options(
+            opts.unique_key,
+            opts.unique_while,
+            opts.unique_for,
+            opts.on_duplicate,
+            opts.debounce,
+            delay=opts.delay,
+            run_at=opts.run_at,
+        )
+    if uniq is not None and uniq.delay is not None:
+        delay = uniq.delay
     return RunRow(
         task=task,
         queue=check_name("queue", opts.queue or queue),
@@ -244,4 +279,8 @@ def build_row(
         run_at=opts.run_at,
         delay=delay,
         parent_id=opts.parent_id,
+        unique_key=None if uniq is None else uniq.key_for(args, kwargs),
+        unique_while=None if uniq is None else uniq.scope,
+        unique_for=None if uniq is None else uniq.window,
+        replace=False if uniq is None else uniq.replace,
     )

@@ -16,9 +16,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgqueue import _inserts, _sql, db
+from pgqueue import _inserts, _sql, batches, db
 from pgqueue._pool import AsyncCheckedPool
-from pgqueue.errors import ConfigError
+from pgqueue.errors import ConfigError, UserError
 from pgqueue.runs import Run, RunHandle, check_run_id, found_run
 from pgqueue.tasks import RunBatch, RunRow
 
@@ -129,6 +129,11 @@ class AsyncApp:
         if not rows:
             return []
         app = self._app()
+        if batches.active(app) is not None:
+            raise UserError(
+                "enqueue_async inside app.batch() would not join the batch: use enqueue() "
+                "or enqueue_many() in the block"
+            )
         if app.tracing is not None:
             with app.tracing.enqueue(rows) as traced:
                 return traced(await self._insert_now(rows, conn, traced.headers))

@@ -6,13 +6,15 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgqueue import _enqueue, _inserts, _json, _pool, _registry, db, migrate
+from pgqueue import batches as _batches
 from pgqueue import schedules as _schedules
 from pgqueue._bulk import BulkActions
 from pgqueue._checks import check_name
@@ -315,31 +317,60 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
         """Insert prepared rows with one statement; the engine behind every enqueue."""
         if not rows:
             return []
-        caller = self.caller_connection(conn)
-        deferrer = self.enqueue_deferrer if caller is None else None
+        batch = _batches.active(self)
+        if batch is not None:  # inside app.batch(): its transaction, its id on the runs
+            caller: psycopg.Connection[Any] | None = batch.connection(conn)
+            deferrer = None
+        else:
+            caller = self.caller_connection(conn)
+            deferrer = self.enqueue_deferrer if caller is None else None
+        batch_id = None if batch is None else batch.id
         if self.tracing is not None:
             # A deferred enqueue's span is the caller's enqueue (its runs' ids come later).
             with self.tracing.enqueue(rows) as traced:
                 deferred = deferrer(self, rows, traced.headers) if deferrer else None
                 if deferred is not None:
                     return deferred
-                return traced(self.insert_now(rows, caller, traced.headers))
+                return traced(self.insert_now(rows, caller, traced.headers, batch_id))
         deferred = deferrer(self, rows, None) if deferrer else None
         if deferred is not None:
             return deferred
-        return self.insert_now(rows, caller, None)
+        return self.insert_now(rows, caller, None, batch_id)
 
     def insert_now(
-        self, rows: Sequence[RunRow], caller: psycopg.Connection[Any] | None, headers: str | None
+        self,
+        rows: Sequence[RunRow],
+        caller: psycopg.Connection[Any] | None,
+        headers: str | None,
+        batch_id: int | None = None,
     ) -> list[RunHandle]:
-        """Insert on `caller` (or a pooled connection) now, with the given trace headers:
-        no deferral, no span (an enqueue deferred to a commit is written by this)."""
-        op = _inserts.Insert(self, rows, headers)
+        """Insert on `caller` (or a pooled connection) now, with the given trace headers
+        (and batch): no deferral, no span (an enqueue deferred to a commit is written by
+        this)."""
+        op = _inserts.Insert(self, rows, headers, batch_id)
         with self.connection(caller) as c:
             found = c.execute(op.query, op.params).fetchone()
             lookup = op.lookup(found)
             existing = c.execute(*lookup).fetchall() if lookup else []
         return op.handles(found, existing)
+
+    # -- batches ------------------------------------------------------------------------
+
+    def batch(
+        self,
+        on_complete: Task[Any, Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> AbstractContextManager[_batches.Batch]:
+        """`with app.batch(on_complete=task, kwargs={...}) as batch:` collects the runs
+        enqueued in the block (one transaction: `conn`'s, else its own) and enqueues
+        `task(batch={...counts}, **kwargs)` once when the last of them is terminal
+        (pgqueue.batches)."""
+        return _batches.open_batch(self, on_complete, kwargs, conn)
+
+    def get_batch(self, batch_id: int) -> _batches.BatchState:
+        return _batches.get_batch(self, batch_id)
 
     # -- events -------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -199,6 +199,23 @@ class Context:
         (the database's clock, across attempts and crashes): the child is canceled, and
         every later replay raises the same TimeoutError."""
         return self.durable.call(name, task, args, kwargs, timeout)
+
+    def map(
+        self,
+        name: str,
+        task: Task[Any, Any],
+        items: Iterable[Any],
+        /,
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Run `task` once per item as child runs (an item is an args tuple/list, a kwargs
+        dict, or the one argument) and wait durably for all; their results in the items'
+        order. A failed child raises ChildFailed, or with `return_exceptions=True` takes
+        its place in the list. Idempotent per parent run and step name."""
+        from pgqueue._fanout import map_children
+
+        return map_children(self.durable, name, task, items, return_exceptions)
 
     def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
         """Start `task` as a child run without waiting. Idempotent per run and name."""

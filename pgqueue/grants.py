@@ -4,8 +4,9 @@ the catalog of the migrated schema, and the worker's start-up check that it hold
 - reader: SELECT on every table and view (inspection: runs list/show, queues, workers).
 - producer: a reader that also enqueues (Python API and pgqueue.enqueue() in SQL), waits
   for results (RunHandle.wait marks the run to notify) and emits events (which wake
-  waiting runs): INSERT and UPDATE on runs, INSERT on events, the sequences, and EXECUTE
-  on enqueue and emit_event.
+  waiting runs): INSERT and UPDATE on runs, INSERT on events, INSERT and UPDATE on
+  batches (app.batch()), the sequences, and EXECUTE on enqueue, emit_event,
+  enqueue_unique (unique keys) and batch_settle (sealing a batch).
 - worker: what `pgqueue worker` does and what the CLI's actions (cancel, retry, pause,
   prune...) do: on each table what its statements do (WORKER_TABLES), the sequences, and
   EXECUTE on every function.
@@ -33,8 +34,12 @@ KINDS = ("worker", "producer", "reader", "owner")
 
 DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # Tables a producer writes, and with what; it reads every table.
-PRODUCER_WRITES = {"runs": ("SELECT", "INSERT", "UPDATE"), "events": ("SELECT", "INSERT")}
-PRODUCER_FUNCTIONS = ("enqueue", "emit_event")
+PRODUCER_WRITES = {
+    "runs": ("SELECT", "INSERT", "UPDATE"),
+    "events": ("SELECT", "INSERT"),
+    "batches": ("SELECT", "INSERT", "UPDATE"),  # app.batch() opens and seals its batch
+}
+PRODUCER_FUNCTIONS = ("enqueue", "emit_event", "enqueue_unique", "batch_settle")
 # What the worker and the CLI's actions do to each table (sql/*.sql and the schema's
 # functions; tests/test_grants.py checks the statements against it). SELECT ... FOR UPDATE
 # needs UPDATE, and so does INSERT ... ON CONFLICT DO UPDATE; steps and run_errors go with

@@ -244,8 +244,23 @@ class BoundTask(Generic[P, R]):
         rows = self.make_rows(items)
         return await self.task.app.insert_runs_async(rows, conn=self.opts.async_conn)
 
-    def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> RunBatch:
+    def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Sequence[RunRow]:
+        """The rows of an enqueue_many: one RunBatch, or with a unique_key function (a
+        key per item), a row per item for sql/functions/enqueue_unique.sql."""
+        if callable(self.opts.unique_key):
+            return [self.task.make_row(*_split(item), self.opts) for item in items]
         return RunBatch.build(self.task, self.opts, items)
+
+
+def _split(item: Sequence[Any] | Mapping[str, Any]) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """An enqueue_many item as (args, kwargs)."""
+    if isinstance(item, (list, tuple)):
+        return item, {}
+    if isinstance(item, Mapping):
+        return (), dict(item)
+    raise TypeError(
+        f"enqueue_many items must be an args tuple/list or a kwargs dict, not {type(item).__name__}"
+    )
 
 
 __all__ = [

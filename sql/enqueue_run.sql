@@ -6,7 +6,7 @@
 WITH inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, idempotency_key, run_at, parent_id,
-                              limited, headers)
+                              limited, headers, batch_id)
     SELECT %(task)s::text, %(queue)s::text,
            {{run_state_from_due}},
            %(priority)s::smallint, %(args)s::jsonb, %(kwargs)s::jsonb, %(max_attempts)s::integer,
@@ -16,7 +16,7 @@ WITH inserted AS (
            EXISTS (SELECT 1 FROM pgqueue.queues q
                     WHERE q.name = %(queue)s::text
                       AND ({{queue_has_limits}})),
-           %(headers)s::jsonb
+           %(headers)s::jsonb, %(batch_id)s::bigint
     FROM (SELECT coalesce(%(run_at)s::timestamptz,
                           now() + coalesce(%(delay)s::double precision, 0) * interval '1 second')
                  AS due) d

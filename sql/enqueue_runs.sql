@@ -14,10 +14,11 @@
 inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, idempotency_key, run_at, parent_id,
-                              limited, headers)
+                              limited, headers, batch_id)
     SELECT task, queue, {{run_state_from_due}},
            priority, args, kwargs, max_attempts, timeout_seconds, group_key, idempotency_key,
-           due, parent_id, queue IN (SELECT name FROM limits), %(headers)s::jsonb
+           due, parent_id, queue IN (SELECT name FROM limits), %(headers)s::jsonb,
+           %(batch_id)s::bigint
     FROM input
     ORDER BY n
     RETURNING id, queue, state, idempotency_key

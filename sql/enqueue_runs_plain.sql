@@ -6,12 +6,12 @@
 WITH inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, run_at, parent_id, limited,
-                              headers)
+                              headers, batch_id)
     SELECT %(task)s::text, %(queue)s::text,
            {{run_state_from_due}},
            %(priority)s::smallint, i.e -> 0, i.e -> 1, %(max_attempts)s::integer,
            %(timeout_seconds)s::double precision, coalesce(%(group_key)s::text, ''), b.due,
-           %(parent_id)s::bigint, b.limited, %(headers)s::jsonb
+           %(parent_id)s::bigint, b.limited, %(headers)s::jsonb, %(batch_id)s::bigint
     FROM jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS i (e, n),
          (SELECT coalesce(%(run_at)s::timestamptz,
                           now() + coalesce(%(delay)s::double precision, 0)

@@ -575,6 +575,7 @@ def test_plain_batches_insert_what_the_general_statement_does(
         assert query == _sql.query("enqueue_runs_plain")
         params["notify"] = True
         params["headers"] = None
+        params["batch_id"] = None
         results, rows = [], []
         for name in ("enqueue_runs_plain", "enqueue_runs"):
             found = conn.execute(_sql.query(name), params).fetchone()

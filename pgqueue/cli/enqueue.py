@@ -20,6 +20,15 @@ from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_a
 @click.option("--priority", type=int, help="Lower runs first (default 0).")
 @click.option("--max-attempts", type=click.IntRange(1))
 @click.option("--idempotency-key")
+@click.option("--unique-key", help="At most one run with this key in its scope.")
+@click.option(
+    "--unique-while",
+    type=click.Choice(["queued", "active", "retained"]),
+    help="The unique key's scope (default queued).",
+)
+@click.option(
+    "--unique-for", type=click.FloatRange(0, min_open=True), help="Scope window, in seconds."
+)
 @click.option("--app", "app_spec", help="MODULE:ATTR: check TASK and its arguments against it.")
 @json_option
 def enqueue(
@@ -33,6 +42,9 @@ def enqueue(
     priority: int | None,
     max_attempts: int | None,
     idempotency_key: str | None,
+    unique_key: str | None,
+    unique_while: str | None,
+    unique_for: float | None,
     app_spec: str | None,
     as_json: bool,
 ) -> None:
@@ -59,6 +71,9 @@ def enqueue(
             "priority": priority,
             "max_attempts": max_attempts,
             "idempotency_key": idempotency_key,
+            "unique_key": unique_key,
+            "unique_while": unique_while,
+            "unique_for": unique_for,
         }.items()
         if v is not None
     }

@@ -285,3 +285,13 @@ def test_runs_show_lists_the_steps_and_what_they_waited_for(
     assert "  load [succeeded] attempt 1 started " in out and " took 1.0 s" in out
     assert "  paid [waiting] attempt 2: event order.paid key 42: waiting for 5." in out
     assert "(timeout 60 min)" in out
+
+
+def test_enqueue_with_a_unique_key(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    base = ["enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", "--json"]
+    first = cli(capsys, *base, "--unique-key", "reindex:1", "--unique-while", "active")
+    again = cli(capsys, *base, "--unique-key", "reindex:1", "--unique-while", "active")
+    assert first[0] == again[0] == 0
+    assert json.loads(first[1])["created"] and not json.loads(again[1])["created"]
+    assert json.loads(first[1])["id"] == json.loads(again[1])["id"]
+    assert_user_error(cli(capsys, *base, "--unique-for", "5"), "needs a unique_key")

@@ -150,6 +150,7 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
         ("group_key", "timeout_seconds", "run_at", "delay", "parent_id"), None
     ) | {"task": "t", "queue": "default", "priority": 0, "max_attempts": 3, "notify": True}
     shared["headers"] = None
+    shared["batch_id"] = None
     batch = shared | {"runs": '[[[1], {}], [[2], {}, null, "key-1"]]'}
     one = shared | {"args": "[1]", "kwargs": "{}", "idempotency_key": "key-1"}
     for name, params in (

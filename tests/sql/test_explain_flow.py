@@ -1,0 +1,105 @@
+"""The statements of uniqueness and batches read the indexes meant for them, and runs
+outside a batch never call the batch triggers' functions."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import psycopg
+
+from pgqueue import _sql
+from tests.sql.test_explain import assert_uses, plan
+
+
+def _history(conn: psycopg.Connection[Any]) -> None:
+    """60,000 runs: finished ones with retained unique keys, waiting ones with queued-scope
+    keys, and batch members."""
+    conn.execute("""
+        INSERT INTO pgqueue.batches (on_complete, queue) VALUES ('t', 'default');
+        INSERT INTO pgqueue.runs (task, queue, state, finished_at, unique_key, unique_while)
+        SELECT 't', 'default', 'succeeded', now(), 'done-' || g, 'retained'
+        FROM generate_series(1, 20000) g;
+        INSERT INTO pgqueue.runs (task, queue, state, unique_key, unique_while)
+        SELECT 't', 'default', 'queued', 'wait-' || g, 'queued'
+        FROM generate_series(1, 20000) g;
+        INSERT INTO pgqueue.runs (task, queue, state, batch_id)
+        SELECT 't', 'default', 'queued', 1 FROM generate_series(1, 20000);
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'default', 'queued'
+        FROM generate_series(1, 20000);
+        ANALYZE pgqueue.runs;
+    """)
+
+
+def test_sealing_a_batch_counts_its_members_through_runs_batch_idx(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _history(conn)
+    assert_uses(plan(conn, "batch_seal", {"id": 1}), "runs_batch_idx")
+
+
+def test_the_holder_of_a_unique_key_is_found_through_runs_unique_key_idx(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The lookup inside pgqueue.enqueue_unique(), as the function's file writes it."""
+    _history(conn)
+    text = _sql.definition("functions/enqueue_unique")
+    found = re.search(
+        r"SELECT r\.id, r\.created_at INTO [^\n]*\n(.*?)FOR NO KEY UPDATE", text, re.S
+    )
+    assert found is not None
+    lookup = "SELECT r.id, r.created_at\n" + found.group(1).replace("= key", "= %(key)s::text")
+    with conn.transaction():
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        rows = conn.execute(f"EXPLAIN (FORMAT JSON) {lookup}", {"key": "wait-7"}).fetchall()
+    assert_uses(json.dumps(rows[0][0]), "runs_unique_key_idx")
+
+
+def _calls(conn: psycopg.Connection[Any], function: str) -> int:
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+        " WHERE schemaname = 'pgqueue' AND funcname = %s",
+        (function,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_runs_outside_a_batch_call_no_batch_trigger_function(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("""
+        INSERT INTO pgqueue.batches (on_complete, queue, total) VALUES ('t', 'default', 50);
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'default', 'queued'
+        FROM generate_series(1, 100);
+        INSERT INTO pgqueue.runs (task, queue, state, batch_id)
+        SELECT 't', 'default', 'queued', 1 FROM generate_series(1, 50);
+    """)
+    with conn.transaction():
+        conn.execute("SET LOCAL track_functions = 'all'")
+        conn.execute("SET CONSTRAINTS pgqueue.runs_batch_flush IMMEDIATE")  # fire per statement
+        conn.execute(
+            "UPDATE pgqueue.runs SET state = 'canceled', finished_at = now() WHERE batch_id IS NULL"
+        )
+        assert _calls(conn, "batch_flush") == 0
+        conn.execute("UPDATE pgqueue.runs SET state = 'scheduled' WHERE batch_id = 1")
+        assert _calls(conn, "batch_flush") == 0  # members, not to a terminal state
+        conn.execute(
+            "UPDATE pgqueue.runs SET state = 'canceled', finished_at = now() WHERE batch_id = 1"
+        )
+        assert _calls(conn, "batch_flush") == 1  # once for the 50 members
+    row = conn.execute("SELECT canceled, callback_run_id FROM pgqueue.batches").fetchone()
+    assert row is not None and row[0] == 50 and row[1] is not None
+
+
+def test_the_note_of_a_member_change_is_inlined_into_the_trigger_condition(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """pgqueue.batch_note() is one SELECT of built-in calls, which the planner inlines:
+    the trigger's condition calls no function of ours per member."""
+    rows = conn.execute(
+        "EXPLAIN (VERBOSE, FORMAT JSON) SELECT pgqueue.batch_note('running', 'succeeded', 1)"
+    ).fetchall()
+    output = json.dumps(rows[0][0])
+    assert "set_config" in output and "batch_note" not in output

@@ -1,0 +1,261 @@
+"""Uniqueness scopes (DESIGN 16, docs/flow_control.md): unique_key, unique_while,
+unique_for, on_duplicate, debounce, per-item keys in enqueue_many."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue.errors import InvalidArguments, UserError
+from tests.apps import batched as flow
+from tests.helpers import ROOT, wait_until
+
+
+def _start(conn: psycopg.Connection[Any], run_id: int) -> None:
+    """Put a run where a worker's claim puts it (running, leased, started)."""
+    conn.execute(
+        "UPDATE pgqueue.runs SET state = 'running', attempt = attempt + 1, started_at = now(),"
+        " lease_token = gen_random_uuid(), lease_expires_at = now() + interval '30 s'"
+        " WHERE id = %s",
+        (run_id,),
+    )
+
+
+def _finish(conn: psycopg.Connection[Any], run_id: int) -> None:
+    conn.execute(
+        "UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now(), lease_token = NULL,"
+        " lease_expires_at = NULL WHERE id = %s",
+        (run_id,),
+    )
+
+
+@pytest.fixture
+def member(dsn: str) -> Any:
+    flow.app.configure(dsn=dsn)  # the test tasks' App, on this test's database
+    yield flow.member
+    flow.app.close()
+
+
+def _hammer(dsn: str, conn: psycopg.Connection[Any], key: str, scope: str) -> set[int]:
+    """Four processes enqueue `key` 1,000 times each, released together; asserts that one
+    enqueue in all created a run, and returns the run ids the 4,000 handles name."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PGQUEUE_DSN": dsn}
+    code = (
+        "from tests.apps.batched import hammer; import sys; hammer(sys.argv[1], 1000, sys.argv[2])"
+    )
+    with psycopg.connect(dsn, autocommit=True) as gate:
+        gate.execute("SELECT pg_advisory_lock(7)")  # holds the four back until all are ready
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, key, scope],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        wait_until(
+            lambda: conn.execute(
+                "SELECT count(*) = 4 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()[0],  # type: ignore[index]
+            message="the four enqueuers to wait at the gate",
+        )
+        gate.execute("SELECT pg_advisory_unlock(7)")
+        outputs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(int(out[0]) for out in outputs) == 1  # one enqueue of 4,000 created a run
+    return {int(i) for out in outputs for i in out[1:]}
+
+
+@pytest.mark.parametrize("scope", ["queued", "active", "retained"])
+def test_four_processes_enqueueing_one_key_a_thousand_times_create_one_run_per_window(
+    dsn: str, conn: psycopg.Connection[Any], scope: str
+) -> None:
+    key = f"reindex:{scope}"
+    first = _hammer(dsn, conn, key, scope)
+    assert len(first) == 1
+    (run_id,) = first
+    # end the window: the run starts (queued), finishes (active), is pruned (retained)
+    if scope == "retained":
+        conn.execute("DELETE FROM pgqueue.runs WHERE id = %s", (run_id,))
+    else:
+        _start(conn, run_id)
+        if scope == "active":
+            _finish(conn, run_id)
+    second = _hammer(dsn, conn, key, scope)
+    assert len(second) == 1 and second != first
+    runs = conn.execute("SELECT id FROM pgqueue.runs WHERE unique_key = %s ORDER BY id", (key,))
+    expected = sorted(second if scope == "retained" else first | second)
+    assert [r[0] for r in runs] == expected
+
+
+def test_scope_queued_ends_when_the_run_starts(member: Any, conn: psycopg.Connection[Any]) -> None:
+    bound = member.options(unique_key="k")  # unique_while="queued" is the default
+    first = bound.enqueue(1)
+    again = bound.enqueue(2)
+    assert first.created and not again.created and again.id == first.id
+    _start(conn, first.id)
+    second = bound.enqueue(3)
+    assert second.created and second.id != first.id
+    # the scope is the first start: a started run that goes back to waiting stays out
+    conn.execute(
+        "UPDATE pgqueue.runs SET state = 'queued', lease_token = NULL, lease_expires_at = NULL"
+        " WHERE id = %s",
+        (first.id,),
+    )
+    assert bound.enqueue(4).id == second.id
+
+
+def test_scope_active_ends_when_the_run_is_terminal(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="k", unique_while="active")
+    first = bound.enqueue(1)
+    _start(conn, first.id)
+    running = bound.enqueue(2)
+    assert not running.created and running.id == first.id
+    _finish(conn, first.id)
+    after = bound.enqueue(3)
+    assert after.created and after.id != first.id
+
+
+def test_scope_retained_ends_when_the_run_is_pruned(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="k", unique_while="retained")
+    first = bound.enqueue(1)
+    _start(conn, first.id)
+    _finish(conn, first.id)
+    assert bound.enqueue(2).id == first.id
+    conn.execute("DELETE FROM pgqueue.runs WHERE id = %s", (first.id,))
+    assert bound.enqueue(3).created
+
+
+def test_unique_for_limits_the_scope_to_a_window_after_the_enqueue(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="k", unique_while="retained", unique_for=60)
+    first = bound.enqueue(1)
+    assert bound.enqueue(2).id == first.id
+    conn.execute(
+        "UPDATE pgqueue.runs SET created_at = now() - interval '61 s' WHERE id = %s",
+        (first.id,),
+    )
+    later = bound.enqueue(3)
+    assert later.created and later.id != first.id
+    assert bound.enqueue(4).id == later.id
+    # the old run keeps its key for inspection; it is out of every scope
+    assert conn.execute(
+        "SELECT unique_key, unique_while FROM pgqueue.runs WHERE id = %s", (first.id,)
+    ).fetchone() == ("k", None)
+
+
+def test_replace_gives_the_waiting_run_the_new_arguments_and_due_time(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="k", on_duplicate="replace")
+    first = bound.options(delay=600).enqueue(1)
+    again = bound.enqueue(2, fail_every=3)
+    assert not again.created and again.id == first.id
+    args, kwargs, state, late = conn.execute(
+        "SELECT args, kwargs, state, run_at > now() + interval '1 minute' FROM pgqueue.runs"
+        " WHERE id = %s",
+        (first.id,),
+    ).fetchone()  # type: ignore[misc]
+    assert (args, kwargs, state, late) == ([2], {"fail_every": 3}, "queued", False)
+    _start(conn, first.id)  # started: nothing to replace, a new run is made
+    assert bound.enqueue(3).created
+
+
+def test_debounce_pushes_the_due_time_at_every_enqueue(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="digest:7", debounce=30)
+    first = bound.enqueue(1)
+    due1 = conn.execute("SELECT run_at FROM pgqueue.runs WHERE id = %s", (first.id,)).fetchone()
+    conn.execute(
+        "UPDATE pgqueue.runs SET run_at = run_at - interval '20 s', created_at = created_at"
+        " - interval '20 s' WHERE id = %s",
+        (first.id,),
+    )
+    again = bound.enqueue(2)
+    assert again.id == first.id and not again.created
+    state, args, pushed = conn.execute(
+        "SELECT state, args, run_at >= %s FROM pgqueue.runs WHERE id = %s",
+        (due1[0] if due1 else None, first.id),
+    ).fetchone()  # type: ignore[misc]
+    assert (state, args, pushed) == ("scheduled", [2], True)
+
+
+def test_enqueue_many_takes_a_key_per_item(member: Any, conn: psycopg.Connection[Any]) -> None:
+    handles = member.options(unique_key=lambda n: f"user:{n}").enqueue_many(
+        [(1,), (2,), (1,), {"n": 3}, (2,)]
+    )
+    assert [h.created for h in handles] == [True, True, False, True, False]
+    assert handles[2].id == handles[0].id and handles[4].id == handles[1].id
+    assert len({h.id for h in handles}) == 3
+    keys = conn.execute(
+        "SELECT unique_key FROM pgqueue.runs WHERE unique_key IS NOT NULL ORDER BY id"
+    ).fetchall()
+    assert [k for (k,) in keys] == ["user:1", "user:2", "user:3"]
+
+
+def test_a_unique_key_and_an_idempotency_key_each_keep_their_meaning(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    first = member.options(idempotency_key="welcome:1", unique_key="k").enqueue(1)
+    _start(conn, first.id)
+    _finish(conn, first.id)
+    # the unique key's scope (queued) is over; the idempotency key holds while retained
+    again = member.options(idempotency_key="welcome:1", unique_key="k").enqueue(2)
+    assert not again.created and again.id == first.id
+    fresh = member.options(unique_key="k").enqueue(3)
+    assert fresh.created
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"unique_while": "active"}, "unique_while needs a unique_key"),
+        ({"unique_key": "k", "unique_while": "forever"}, "unique_while must be one of"),
+        ({"unique_key": "k", "on_duplicate": "merge"}, "on_duplicate must be 'skip' or"),
+        (
+            {"unique_key": "k", "unique_while": "active", "on_duplicate": "replace"},
+            "needs unique_while='queued'",
+        ),
+        ({"unique_key": "k", "debounce": 5, "delay": 3}, "leave delay= and run_at= out"),
+        ({"unique_key": "k", "debounce": 0}, "debounce must be more than 0"),
+        ({"unique_key": 42}, "unique_key must be a str"),
+    ],
+)
+def test_bad_uniqueness_options_say_what_to_do(
+    member: Any, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises((InvalidArguments, ValueError), match=message):
+        member.options(**options).enqueue(1)
+
+
+def test_enqueue_many_refuses_one_key_for_all_items(member: Any) -> None:
+    with pytest.raises(ValueError, match="pass a function of the run's arguments"):
+        member.options(unique_key="k").enqueue_many([(1,), (2,)])
+
+
+def test_retry_of_a_run_whose_key_a_newer_run_holds_says_what_to_do(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    bound = member.options(unique_key="k", unique_while="active")
+    first = bound.enqueue(1)
+    _start(conn, first.id)
+    _finish(conn, first.id)
+    newer = bound.enqueue(2)
+    assert newer.created
+    with pytest.raises(UserError, match="a newer run holds its unique key"):
+        flow.app.retry(first.id)
+    flow.app.cancel(newer.id)
+    assert flow.app.retry(first.id)
