@@ -4,17 +4,7 @@
 SELECT %(queue)s::text AS queue,
        coalesce(q.paused, false) AS paused, q.concurrency, q.group_concurrency,
        q.name IS NOT NULL AS configured,
-       -- rate limits as declared ('100/m') and the queue's starts in the last period
-       q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
-           AS rate_limit,
-       CASE WHEN q.rate_limit IS NOT NULL
-            THEN pgqueue.rate_used(q.rate_slots, q.rate_counts,
-                                   now() - q.rate_period * interval '1 second') END
-           AS rate_used,
-       q.group_rate_limit || '/'
-           || CASE q.group_rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
-           AS group_rate_limit,
-       coalesce(q.ordered, false) AS ordered,
+       {{queue_rate_columns}},
        f.finished_last_minute, f.finished_last_hour, f.failed_last_hour,
        (SELECT count(*) FROM pgqueue.workers w
          WHERE %(queue)s = ANY (w.queues) AND w.heartbeat_at > now() - interval '60 seconds')

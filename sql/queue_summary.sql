@@ -20,16 +20,7 @@ SELECT coalesce(c.queue, q.name) AS queue,
        coalesce(c.succeeded, 0) AS succeeded, coalesce(c.failed, 0) AS failed,
        coalesce(c.canceled, 0) AS canceled, c.oldest_queued_seconds,
        q.concurrency, q.group_concurrency, coalesce(q.paused, false) AS paused,
-       q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
-           AS rate_limit,
-       CASE WHEN q.rate_limit IS NOT NULL
-            THEN pgqueue.rate_used(q.rate_slots, q.rate_counts,
-                                   now() - q.rate_period * interval '1 second') END
-           AS rate_used,
-       q.group_rate_limit || '/'
-           || CASE q.group_rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
-           AS group_rate_limit,
-       coalesce(q.ordered, false) AS ordered
+       {{queue_rate_columns}}
 FROM counts c
 FULL JOIN pgqueue.queues q ON q.name = c.queue
 ORDER BY 1
