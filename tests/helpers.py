@@ -35,6 +35,13 @@ def wait_until(
         time.sleep(interval)
 
 
+def effect_tags(dsn: str, run_id: int) -> list[str]:
+    """The tags a run's task wrote into the effects table (EFFECTS_DDL), in order."""
+    with psycopg.connect(dsn) as c:
+        rows = c.execute("SELECT tag FROM effects WHERE run_id = %s ORDER BY id", (run_id,))
+        return [r[0] for r in rows]
+
+
 def scalar(dsn: str, query: str, params: Any = None) -> Any:
     with psycopg.connect(dsn, autocommit=True) as c:
         row = c.execute(query, params).fetchone()

@@ -13,7 +13,7 @@ import pytest
 import pgqueue
 from tests.apps import ctx as tasks
 from tests.apps.basic import EFFECTS_DDL
-from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
+from tests.helpers import ROOT, WorkerProcess, effect_tags, scalar, wait_until
 
 APP = "tests.apps.ctx:app"
 
@@ -23,12 +23,6 @@ def ctx_app(dsn: str, conn: psycopg.Connection[Any]) -> pgqueue.App:
     conn.execute(EFFECTS_DDL)
     tasks.app.configure(dsn=dsn)
     return tasks.app
-
-
-def effects(dsn: str, run_id: int) -> list[str]:
-    with psycopg.connect(dsn) as c:
-        rows = c.execute("SELECT tag FROM effects WHERE run_id = %s ORDER BY id", (run_id,))
-        return [r[0] for r in rows]
 
 
 def test_current_in_every_kind_of_task(dsn: str, ctx_app: pgqueue.App) -> None:
@@ -82,7 +76,7 @@ def test_progress_is_stored_throttled_and_shown(dsn: str, ctx_app: pgqueue.App) 
     waiting = tasks.progress_then_wait.enqueue(3)
     with WorkerProcess(dsn, APP).wait_ready():
         quick.wait(timeout=20)
-        wait_until(lambda: "reported" in effects(dsn, waiting.id), message="reports")
+        wait_until(lambda: "reported" in effect_tags(dsn, waiting.id), message="reports")
         # the last report reaches the row while the run still runs (the next write due)
         shown = wait_until(
             lambda: (p := ctx_app.get_run(waiting.id).progress) and p["done"] == 3 and p,
@@ -102,10 +96,10 @@ def test_progress_is_stored_throttled_and_shown(dsn: str, ctx_app: pgqueue.App) 
         in_view = "SELECT progress->>'done' FROM pgqueue.running WHERE id = %s"
         assert scalar(dsn, in_view, (waiting.id,)) == "3"
         assert ctx_app.cancel(waiting.id, reason="tested")
-        wait_until(lambda: "saw cancel" in effects(dsn, waiting.id), message="ctx.cancelled")
+        wait_until(lambda: "saw cancel" in effect_tags(dsn, waiting.id), message="ctx.cancelled")
     final = ctx_app.get_run(quick.id).progress
     assert final is not None and final["done"] == 500 and final["total"] == 500
-    assert effects(dsn, quick.id) == ["progress write"] * 2
+    assert effect_tags(dsn, quick.id) == ["progress write"] * 2
 
 
 def test_progress_of_a_stale_attempt_is_ignored(ctx_app: pgqueue.App, dsn: str) -> None:
@@ -127,12 +121,12 @@ def test_progress_of_a_stale_attempt_is_ignored(ctx_app: pgqueue.App, dsn: str) 
 def test_async_task_sees_cancelled_and_reports_progress(dsn: str, ctx_app: pgqueue.App) -> None:
     h = tasks.async_progress.enqueue()
     with WorkerProcess(dsn, APP).wait_ready():
-        wait_until(lambda: "reported" in effects(dsn, h.id), message="report")
+        wait_until(lambda: "reported" in effect_tags(dsn, h.id), message="report")
         wait_until(lambda: ctx_app.get_run(h.id).progress, message="async progress write")
         assert ctx_app.get_run(h.id).progress["message"] == "half"  # type: ignore[index]
         ctx_app.cancel(h.id, reason="enough")
-        wait_until(lambda: effects(dsn, h.id)[2:], message="the cancellation")
-    assert effects(dsn, h.id) == [
+        wait_until(lambda: effect_tags(dsn, h.id)[2:], message="the cancellation")
+    assert effect_tags(dsn, h.id) == [
         "ctx.wait_cancelled() would block the event loop",
         "reported",
         "cancelled flag True",
@@ -164,14 +158,14 @@ def test_on_retry_runs_after_each_failed_attempt_that_will_be_retried(
             doomed.wait(timeout=20)
         assert async_flaky.wait(timeout=20) == 2
         assert limited.wait(timeout=20) == "ok"
-        wait_until(lambda: len(effects(dsn, doomed.id)) == 2, message="doomed's hooks")
-    assert effects(dsn, flaky.id) == [
+        wait_until(lambda: len(effect_tags(dsn, doomed.id)) == 2, message="doomed's hooks")
+    assert effect_tags(dsn, flaky.id) == [
         "on_retry 1 ValueError: attempt 1 broke",
         "on_retry 2 ValueError: attempt 2 broke",
     ]
-    assert effects(dsn, doomed.id) == ["on_retry 1 ValueError: always", "on_failure 2"]
-    assert effects(dsn, async_flaky.id) == ["async on_retry 1 True"]
-    assert effects(dsn, limited.id) == ["ran", "ran"]  # RetryAfter: no hook
+    assert effect_tags(dsn, doomed.id) == ["on_retry 1 ValueError: always", "on_failure 2"]
+    assert effect_tags(dsn, async_flaky.id) == ["async on_retry 1 True"]
+    assert effect_tags(dsn, limited.id) == ["ran", "ran"]  # RetryAfter: no hook
 
 
 def test_the_task_receives_the_validators_values(dsn: str, ctx_app: pgqueue.App) -> None:

@@ -15,7 +15,7 @@ import pytest
 import pgqueue
 from tests.apps import ctxflows as flows
 from tests.apps.basic import EFFECTS_DDL
-from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
+from tests.helpers import ROOT, WorkerProcess, effect_tags, scalar, wait_until
 
 APP = "tests.apps.ctxflows:app"
 DEFAULT = ("--queues", "default")  # never 'nowhere': its runs stay stuck
@@ -26,12 +26,6 @@ def flows_app(dsn: str, conn: psycopg.Connection[Any]) -> pgqueue.App:
     conn.execute(EFFECTS_DDL)
     flows.app.configure(dsn=dsn)
     return flows.app
-
-
-def effects(dsn: str, run_id: int) -> list[str]:
-    with psycopg.connect(dsn) as c:
-        rows = c.execute("SELECT tag FROM effects WHERE run_id = %s ORDER BY id", (run_id,))
-        return [r[0] for r in rows]
 
 
 def step(dsn: str, run_id: int, name: str) -> dict[str, Any] | None:
@@ -47,7 +41,7 @@ def test_a_step_times_out_and_the_workflow_sees_timeout_error(
     h = flows.step_timeout.enqueue()
     with WorkerProcess(dsn, APP, *DEFAULT).wait_ready():
         assert h.wait(timeout=20) == "fast"
-    assert effects(dsn, h.id) == ["step timeout: step 'slow' did not finish within 0.3s"]
+    assert effect_tags(dsn, h.id) == ["step timeout: step 'slow' did not finish within 0.3s"]
     slow = step(dsn, h.id, "slow")
     assert slow is not None and slow["state"] == "failed"
     assert slow["error"] == "TimeoutError: step 'slow' did not finish within 0.3s"
@@ -66,7 +60,7 @@ def test_a_call_times_out_durably_across_a_sigkill(dsn: str, flows_app: pgqueue.
     message = f"child run {late['output']['run_id']} of step 'late' did not finish within 4s"
     assert result == f"2 TimeoutError: {message}"
     # the attempt that timed out, and the retry (step 'after' failed once) that replayed it
-    assert effects(dsn, h.id) == [f"TimeoutError: {message}"] * 2
+    assert effect_tags(dsn, h.id) == [f"TimeoutError: {message}"] * 2
     assert flows_app.get_run(h.id).attempt == 2
     timed_out = step(dsn, h.id, "late")
     assert timed_out is not None and timed_out["state"] == "failed"
