@@ -9,6 +9,7 @@ from pgqueue.context import Context, current
 from pgqueue.errors import (
     ChildFailed,
     ConfigError,
+    DatabaseUnavailable,
     InvalidArguments,
     LeaseLost,
     NonRetryable,
@@ -38,6 +39,7 @@ __all__ = [
     "ChildFailed",
     "ConfigError",
     "Context",
+    "DatabaseUnavailable",
     "InvalidArguments",
     "InvalidSchedule",
     "LeaseLost",

@@ -24,6 +24,7 @@ from psycopg import pq
 from psycopg_pool import PoolTimeout
 
 from pgqueue import db
+from pgqueue.errors import DatabaseUnavailable
 
 # SQLSTATEs that end the session (the backend is gone or going): class 08 (connection
 # exception) except the protocol violation, and the operator's interventions in class 57.
@@ -51,6 +52,7 @@ UNAVAILABLE = (
     psycopg.InterfaceError,
     PoolTimeout,
     psycopg.errors.ReadOnlySqlTransaction,
+    DatabaseUnavailable,  # a pool's timeout, as App.connection() raises it
 )
 
 

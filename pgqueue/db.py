@@ -13,7 +13,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue.errors import ConfigError, NotMigrated, PermissionDenied
+from pgqueue.errors import ConfigError, DatabaseUnavailable, NotMigrated, PermissionDenied
 
 DSN_ENV = "PGQUEUE_DSN"
 
@@ -180,9 +180,9 @@ def cannot_connect(dsn: str, exc: BaseException) -> ConfigError:
     )
 
 
-def pool_timeout(dsn: str) -> ConfigError:
+def pool_timeout(dsn: str) -> DatabaseUnavailable:
     """What a pool that could not hand out a connection in time raises instead."""
-    return ConfigError(
+    return DatabaseUnavailable(
         f"no database connection within {POOL_TIMEOUT:g}s ({redact(dsn)}): is the server up?"
     )
 

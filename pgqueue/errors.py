@@ -20,6 +20,11 @@ class ConfigError(UserError):
     """No database configured, a malformed DSN, an unreachable server."""
 
 
+class DatabaseUnavailable(ConfigError):
+    """No connection to the database in time: the server is down, restarting, or failing
+    over. Waits and worker duties treat it as an outage and try again."""
+
+
 class NotMigrated(UserError):
     """The database has no pgqueue schema, or an older one."""
 

@@ -15,6 +15,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -67,6 +68,15 @@ async def listen(dsn: str, seconds: float, notify_from: str | None = None) -> tu
         await asyncio.gather(task, return_exceptions=True)
 
 
+def outcome(wait: Callable[[], Any]) -> Any:
+    """What a waiter thread got: its result, or what it raised (so that a failed assert
+    says why)."""
+    try:
+        return wait()
+    except Exception as exc:
+        return exc
+
+
 def test_listeners_back_off_against_a_standby(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="pgqueue")
     with replicated() as cluster:
@@ -97,7 +107,9 @@ def test_listeners_back_off_against_a_standby(caplog: pytest.LogCaptureFixture) 
             run_id = echo.enqueue(7).id
             result: list[Any] = []
             waiter = threading.Thread(
-                target=lambda: result.append(RunHandle(run_id, reader).wait(30, 0.2))
+                target=lambda: result.append(
+                    outcome(lambda: RunHandle(run_id, reader).wait(30, 0.2))
+                )
             )
             waiter.start()
             time.sleep(2.0)  # the shared connection retries LISTEN meanwhile (pacing)
@@ -114,7 +126,9 @@ def test_listeners_back_off_against_a_standby(caplog: pytest.LogCaptureFixture) 
             run_id = echo.enqueue(8).id
             result.clear()
             waiter = threading.Thread(
-                target=lambda: result.append(RunHandle(run_id, producer).wait(60, 0.2))
+                target=lambda: result.append(
+                    outcome(lambda: RunHandle(run_id, producer).wait(60, 0.2))
+                )
             )
             waiter.start()
             cluster.kill_primary()

@@ -15,7 +15,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import _waiters
+from pgqueue import _waiters, db
 from tests.helpers import InProcessWorker, scalar, wait_until
 
 WAITERS_APP = "pgqueue-test-waiters"
@@ -191,3 +191,41 @@ def test_a_run_waited_for_at_once_is_still_claimed_at_once(app: pgqueue.App, dsn
             started = time.monotonic()
             assert quick.enqueue(i).wait(timeout=20) == i
             assert time.monotonic() - started < 5, f"run {i} waited for a poll"
+
+
+def test_a_wait_outlasts_a_pool_with_no_free_connection(
+    dsn: str, app: pgqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool that cannot hand out a connection in time (here: its only one is taken; in
+    production: a server restarting or failing over) is an outage to a waiter: it looks
+    again, and gets the result once the pool can serve it."""
+    monkeypatch.setattr(db, "POOL_TIMEOUT", 0.2)
+    waiting = pgqueue.App(dsn, pool_size=1)
+
+    @waiting.task(name="pool.echo")
+    def echo_producer(i: int) -> int: ...
+
+    @app.task(name="pool.echo")
+    def echo(i: int) -> int:
+        return i
+
+    handle = echo_producer.enqueue(5)
+    out: list[Any] = []
+
+    def wait() -> None:
+        try:
+            out.append(handle.wait(timeout=30, poll_interval=0.05))
+        except BaseException as exc:
+            out.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    try:
+        with waiting.connection():  # the pool's only connection, held
+            waiter.start()
+            time.sleep(1.0)  # pacing: several of the pool's 0.2 s timeouts go by
+            assert waiter.is_alive(), out
+        with InProcessWorker(app):
+            waiter.join(20)
+    finally:
+        waiting.close()
+    assert out == [5]
