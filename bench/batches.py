@@ -12,6 +12,11 @@ Reported: medians per kind and the ratio of the medians (target <= 1.10), and th
 the CPU seconds of the workers and their server backends over the drain (less sensitive
 than wall time to other load on a shared machine).
 
+With --waits, a thread samples pg_stat_activity every few milliseconds during each drain
+and prints what the scratch database's active backends were waiting on (share of the
+samples per wait event; "on CPU" when none), which shows whether completions take turns
+on a lock.
+
 With --sql, also what the batch triggers cost the server alone: N member runs and N runs
 outside a batch, finished by UPDATEs of --chunk runs per transaction (a completion's
 shape, without the worker), the two kinds in alternating chunks; the time per run of each.
@@ -20,10 +25,13 @@ shape, without the worker), the two kinds in alternating chunks; the time per ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 
 import psycopg
 
@@ -50,7 +58,45 @@ def enqueue(dsn: str, n: int, batched: bool) -> float:
     return spent
 
 
-def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> tuple[float, float]:
+class WaitSampler:
+    """Samples the wait events of the database's active backends until stopped."""
+
+    def __init__(self, dsn: str, interval: float = 0.005) -> None:
+        self.dsn = dsn
+        self.interval = interval
+        self.counts: Counter[str] = Counter()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        query = (
+            "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU')"
+            " FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state = 'active'"
+        )
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.wait(self.interval):
+                self.samples += 1
+                self.counts.update(r[0] for r in conn.execute(query))
+
+    def report(self) -> str:
+        total = sum(self.counts.values()) or 1
+        top = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in self.counts.most_common(6))
+        return f"{self.samples} samples, {total / max(self.samples, 1):.2f} active: {top}"
+
+
+def drain(
+    dsn: str, n: int, procs: int, concurrency: int, batched: bool, waits: bool = False
+) -> tuple[float, float]:
     """The drain's seconds (database clock) and the CPU seconds of the workers and of
     their server backends (read before they stop)."""
     cmd = [
@@ -66,8 +112,9 @@ def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> tupl
         " AND state = 'succeeded'"
     )
     target = 1 if batched else n
+    sampler = WaitSampler(dsn) if waits else contextlib.nullcontext()
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn, sampler:
             deadline = time.monotonic() + 600
             while conn.execute(done).fetchone()[0] < target:  # type: ignore[index]
                 if time.monotonic() > deadline:
@@ -86,7 +133,9 @@ def drain(dsn: str, n: int, procs: int, concurrency: int, batched: bool) -> tupl
                 " FROM pgqueue.runs WHERE task = 'bench.batch_member' AND state = 'succeeded'"
             ).fetchone()
             assert row is not None and row[1] == n, row
-            return float(row[0]), cpu
+        if isinstance(sampler, WaitSampler):
+            print(f"  waits ({'batch' if batched else 'plain'}): {sampler.report()}", flush=True)
+        return float(row[0]), cpu
     finally:
         for w in workers:
             w.terminate()
@@ -98,7 +147,7 @@ def sql_only(dsn: str, n: int, chunk: int) -> tuple[float, float]:
     """Seconds per run of finishing runs outside a batch, and batch members."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO pgqueue.batches (on_complete, queue, total) VALUES"
+            "INSERT INTO pgqueue.batch_heads (on_complete, queue, total) VALUES"
             " ('bench.batch_done', %s, %s)",
             (batch_apps.QUEUE, n),
         )
@@ -139,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--server", default=DEFAULT_SERVER)
     p.add_argument("--db", default="pgqueue_bench_batches")
     p.add_argument("--sql", action="store_true", help="also the triggers' cost alone")
+    p.add_argument("--waits", action="store_true", help="sample wait events in drains")
     p.add_argument("--chunk", type=int, default=100, help="runs per UPDATE with --sql")
     args = p.parse_args(argv)
     scratch = Scratch(args.server, args.db)
@@ -160,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
                 dsn = scratch.fresh()
                 batched = kind == "batch"
                 e = enqueue(dsn, args.runs, batched)
-                d, cpu = drain(dsn, args.runs, args.procs, args.concurrency, batched)
+                d, cpu = drain(dsn, args.runs, args.procs, args.concurrency, batched, args.waits)
                 times[kind].append(e + d)
                 cpus[kind].append(cpu)
                 print(

@@ -5,7 +5,7 @@ the catalog of the migrated schema, and the worker's start-up check that it hold
 - producer: a reader that also enqueues (Python API and pgqueue.enqueue() in SQL), waits
   for results (RunHandle.wait marks the run to notify) and emits events (which wake
   waiting runs): INSERT and UPDATE on runs, INSERT on events, INSERT and UPDATE on
-  batches (app.batch()), the sequences, and EXECUTE on enqueue, emit_event,
+  batch_heads (app.batch()), the sequences, and EXECUTE on enqueue, emit_event,
   enqueue_unique (unique keys) and batch_settle (sealing a batch).
 - worker: what `pgqueue worker` does and what the CLI's actions (cancel, retry, pause,
   prune...) do: on each table what its statements do (WORKER_TABLES), the sequences, and
@@ -37,7 +37,7 @@ DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 PRODUCER_WRITES = {
     "runs": ("SELECT", "INSERT", "UPDATE"),
     "events": ("SELECT", "INSERT"),
-    "batches": ("SELECT", "INSERT", "UPDATE"),  # app.batch() opens and seals its batch
+    "batch_heads": ("SELECT", "INSERT", "UPDATE"),  # app.batch() opens and seals its batch
 }
 PRODUCER_FUNCTIONS = ("enqueue", "emit_event", "enqueue_unique", "batch_settle")
 # What the worker and the CLI's actions do to each table (sql/*.sql and the schema's

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import threading
+import time
 import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -207,6 +208,9 @@ class EagerRunHandle(RunHandle):
 class _EagerLog:
     def __init__(self) -> None:
         self.runs: list[Run] = []
+        # unique key -> the inline run holding it (unique_while="retained") and when it was
+        # recorded (time.monotonic()): what runs_unique_key_idx would hold
+        self.holders: dict[str, tuple[Run, float]] = {}
         self._ids = 0
         self._lock = threading.Lock()
 
@@ -216,11 +220,26 @@ class _EagerLog:
             return self._ids
 
     def by_key(self, app: App, row: RunRow) -> EagerRunHandle | None:
-        """The earlier eager run holding this idempotency key, as enqueue would find it."""
+        """The earlier eager run holding this unique key or idempotency key, as enqueue
+        would find it in the database. An inline run is terminal by the time enqueue
+        returns, so under unique_while "queued" or "active" (debounce included) it never
+        holds its key; under "retained" it does, until `unique_for` seconds have passed
+        (then the key is free again, for the next run to take)."""
+        if row.unique_key is not None and (held := self.holders.get(row.unique_key)):
+            run, since = held
+            if row.unique_for is not None and time.monotonic() - since >= row.unique_for:
+                del self.holders[row.unique_key]  # older than the window: out of scope
+            else:
+                return EagerRunHandle(run.id, app, created=False, run=run)
         for run in self.runs:
             if row.idempotency_key is not None and run.idempotency_key == row.idempotency_key:
                 return EagerRunHandle(run.id, app, created=False, run=run)
         return None
+
+    def record(self, run: Run, row: RunRow) -> None:
+        self.runs.append(run)
+        if row.unique_key is not None and row.unique_while == "retained":
+            self.holders[row.unique_key] = (run, time.monotonic())
 
 
 _logs: weakref.WeakKeyDictionary[App, _EagerLog] = weakref.WeakKeyDictionary()
@@ -237,6 +256,13 @@ def eager(app: App, *, propagate: bool = True, enqueue_others: bool = False) -> 
     caller's transaction and, under Flask, its app context), with its arguments after a
     JSON round trip (as a worker would see them); nothing is written to pgqueue's tables.
     Django's @task functions run too. Yields the list of runs executed so far.
+
+    Idempotency keys and uniqueness scopes apply as the database would apply them to
+    runs that are terminal as soon as they are enqueued: an enqueue whose key an earlier
+    eager run holds returns that run's handle (`created` False) and runs nothing. Under
+    unique_while "queued" or "active" (and so debounce, and on_duplicate="replace") an
+    inline run never holds its key, so every enqueue runs; under "retained" it holds it
+    for the rest of the block, or for `unique_for` seconds.
 
     `propagate=True` re-raises a task's exception from enqueue (the run is recorded
     `failed` either way). Delays and run_at are ignored; there are no retries. A task
@@ -379,7 +405,7 @@ def _finish(
     if exc is not None:
         error = f"{type(exc).__name__}: {exc}"
     run = _make_run(ctx, row, result=result, error=error)
-    log.runs.append(run)
+    log.record(run, row)
     hook = task.on_success if exc is None else task.on_failure
     if hook is not None:
         value = result if exc is None else error

@@ -3,12 +3,14 @@ once after the last member, pgqueue.batches, batch.wait(); with real worker proc
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
 import pytest
 
 import pgqueue
+from pgqueue import _sql
 from pgqueue.errors import UserError
 from tests.apps import batched as flow
 from tests.apps.basic import EFFECTS_DDL
@@ -219,3 +221,78 @@ def test_one_statement_that_cancels_many_members_counts_them_all(
         )
     state = batch.wait(timeout=5)
     assert (state.total, state.failed, state.canceled, state.succeeded) == (n, n // 2, n // 2, 0)
+
+
+FINISH = "UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now() WHERE id = ANY(%s)"
+FLUSH_NOW = "SET CONSTRAINTS pgqueue.runs_batch_flush IMMEDIATE"  # count before the commit
+
+
+def callback_runs(dsn: str) -> int:
+    return int(scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE task = 'flow.on_batch_done'"))
+
+
+def test_the_commits_of_the_last_members_take_turns_and_the_later_one_settles(
+    dsn: str, app: pgqueue.App
+) -> None:
+    """Two transactions each finish one of the last two members: neither can see the
+    other's count, so near a batch's end the count waits for the batch's row lock, and the
+    second commit counts after the first committed."""
+    with app.batch(on_complete=flow.on_batch_done) as batch:
+        first, second = flow.member.enqueue_many([(1,), (2,)])
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        a.execute(FINISH, ([first.id],))
+        a.execute(FLUSH_NOW)  # counts 1 of 2, holds the batch's row until it commits
+        b_pid = b.info.backend_pid
+        errors: list[BaseException] = []
+
+        def finish_second() -> None:
+            try:
+                b.execute(FINISH, ([second.id],))
+                b.execute(FLUSH_NOW)
+                b.commit()
+            except BaseException as e:  # reported by the test's thread
+                errors.append(e)
+
+        t = threading.Thread(target=finish_second)
+        t.start()
+        wait_until(
+            lambda: (
+                scalar(dsn, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (b_pid,))
+                == "Lock"
+            ),
+            message="the second commit to wait for the batch's row",
+        )
+        assert app.get_batch(batch.id).callback_run_id is None
+        a.commit()
+        t.join(20)
+        assert not t.is_alive() and not errors, errors
+    state = app.get_batch(batch.id)
+    assert (state.total, state.succeeded, state.done) == (2, 2, True)
+    assert callback_runs(dsn) == 1
+
+
+def test_a_batch_whose_last_commits_missed_each_other_is_settled_by_the_rescuer(
+    dsn: str, app: pgqueue.App
+) -> None:
+    """Two transactions finish 1,200 members each, far from the end as each sees it: both
+    commit without settling (the case the settlement at commit cannot see). A worker's
+    rescuer finds the batch complete and enqueues the callback, once."""
+    n = 2400
+    with app.batch(on_complete=flow.on_batch_done, kwargs={"tag": "swept"}) as batch:
+        ids = [h.id for h in flow.member.enqueue_many([(i,) for i in range(n)])]
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        for c, part in ((a, ids[: n // 2]), (b, ids[n // 2 :])):
+            c.execute(FINISH, (part,))
+            c.execute(FLUSH_NOW)
+        a.commit()
+        b.commit()
+    state = app.get_batch(batch.id)
+    assert (state.succeeded, state.callback_run_id) == (n, None)  # counted, not settled
+    with WorkerProcess(dsn, APP, "--lease-seconds", "2"):  # rescues every second
+        state = batch.wait(timeout=30)
+        wait_until(lambda: callbacks(dsn, "swept"), timeout=30, message="the callback")
+    assert state.callback_run_id is not None
+    with psycopg.connect(dsn, autocommit=True) as c:  # a second sweep finds nothing to do
+        assert c.execute(_sql.query("settle_open_batches"), {"limit": 10}).fetchall() == []
+    assert callback_runs(dsn) == 1
+    assert callbacks(dsn, "swept") == [f"swept:{batch.id}:{n}:{n}:0:0"]

@@ -681,3 +681,68 @@ def test_the_cancel_form_sends_a_reason(web: TestClient, conn: psycopg.Connectio
     other = enqueue(conn)
     bad = web.post(f"/api/runs/{other}/cancel", json={"reason": 5}, headers=csrf(web))
     assert bad.status_code == 400 and "reason must be a string" in bad.text
+
+
+def batch_of(conn: psycopg.Connection[Any], n: int, task: str = "report") -> tuple[int, list[int]]:
+    """A sealed batch of n queued members (the rows app.batch() writes)."""
+    row = conn.execute(
+        "INSERT INTO pgqueue.batch_heads (on_complete, queue, total, sealed_at, kwargs)"
+        " VALUES (%s, 'reports', %s, now(), '{\"tag\": \"nightly\"}') RETURNING id",
+        (task, n),
+    ).fetchone()
+    assert row is not None
+    members = [enqueue(conn, "thumb", queue="media", batch_id=row[0]) for _ in range(n)]
+    return int(row[0]), members
+
+
+def test_batches_list_page_and_members(web: TestClient, conn: psycopg.Connection[Any]) -> None:
+    older, _ = batch_of(conn, 1, task="older")
+    batch, members = batch_of(conn, 5)
+    conn.execute(  # the counting trigger runs as for a worker's completions
+        "UPDATE pgqueue.runs SET state = s, finished_at = now(), error = e"
+        " FROM (VALUES (%s, 'succeeded', NULL), (%s, 'failed', 'ValueError: bad'),"
+        " (%s, 'canceled', NULL)) AS v(id, s, e) WHERE runs.id = v.id::bigint",
+        members[:3],
+    )
+    listed = web.get("/api/batches").json()
+    assert [b["id"] for b in listed["batches"]] == [batch, older] and listed["next"] is None
+    first = listed["batches"][0]
+    assert (first["on_complete"], first["total"], first["finished"]) == ("report", 5, 3)
+    assert (first["succeeded"], first["failed"], first["canceled"]) == (1, 1, 1)
+    assert first["progress"] == 60.0 and first["callback_run_id"] is None
+    paged = web.get("/api/batches?limit=1").json()
+    assert [b["id"] for b in paged["batches"]] == [batch]
+    rest = web.get(f"/api/batches?limit=1&cursor={paged['next']}").json()
+    assert [b["id"] for b in rest["batches"]] == [older]
+
+    page = web.get("/batches").text
+    assert f'href="/batches/{batch}"' in page and "60%" in page and "not yet" in page
+
+    one = web.get(f"/api/batches/{batch}?limit=2").json()
+    assert [r["id"] for r in one["members"]] == members[:2]
+    more = web.get(f"/api/batches/{batch}?limit=2&cursor={one['next']}").json()
+    assert [r["id"] for r in more["members"]] == members[2:4]
+    assert one["kwargs"] == {"tag": "nightly"}
+    page = web.get(f"/batches/{batch}").text
+    for member in members:
+        assert f'href="/runs/{member}"' in page
+    assert "ValueError: bad" in page
+
+    # the run page links to its batch; the callback's run shows once the batch completes
+    assert f'<a href="/batches/{batch}">{batch}</a>' in web.get(f"/runs/{members[0]}").text
+    assert 'id="batch">-<' in web.get(f"/runs/{enqueue(conn)}").text
+    conn.execute(
+        "UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now() WHERE id = ANY(%s)",
+        (members[3:],),
+    )
+    done = web.get(f"/api/batches/{batch}").json()
+    assert done["progress"] == 100.0 and done["completed_at"] is not None
+    callback = done["callback_run_id"]
+    assert callback is not None and done["callback_state"] == "queued"
+    assert f'href="/runs/{callback}"' in web.get(f"/batches/{batch}").text
+    assert f'href="/runs/{callback}"' in web.get("/batches").text
+
+    assert web.get("/batches/99999").status_code == 404
+    assert web.get("/api/batches/99999").status_code == 404
+    assert web.get(f"/api/batches/{batch}?cursor=zz").status_code == 400
+    assert web.get("/api/batches?cursor=zz").status_code == 400

@@ -181,8 +181,23 @@ smtplib.SMTPServerDisconnected: Connection unexpectedly closed'
         "VALUES ('send_email', 'emails', %s, 'succeeded', now())",
         (flow,),
     )
+    batch = scalar_id(
+        conn,
+        "INSERT INTO pgqueue.batch_heads (on_complete, queue, total, created_at, sealed_at) "
+        "VALUES ('send_digest', 'reports', 12, now() - interval '2 min', now()) RETURNING id",
+    )
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, batch_id, args) "
+        "SELECT 'build_report', 'reports', %s, jsonb_build_array(i) FROM generate_series(1, 12) i",
+        (batch,),
+    )
+    conn.execute(  # 9 of 12 finished: counted by the batch trigger as a worker's would be
+        "UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now() "
+        "WHERE id IN (SELECT id FROM pgqueue.runs WHERE batch_id = %s ORDER BY id LIMIT 9)",
+        (batch,),
+    )
     conn.execute("ANALYZE pgqueue.runs")
-    return {"flow": flow}
+    return {"flow": flow, "batch": batch}
 
 
 def scalar_id(conn: psycopg.Connection[Any], query: str) -> int:
@@ -201,11 +216,11 @@ def test_the_dashboard_in_a_browser(
     browser.get(server + "/")
     total = browser.find_element(By.ID, "total-queued")
     before = total.text
-    assert before == "65"
+    assert before == "68"
     shot(browser, "overview")
     browser.execute_script("window.pgqueueNotReloaded = true;")
     conn.execute("SELECT pgqueue.enqueue('send_email', '[\"new@example.com\"]', queue => 'emails')")
-    wait.until(lambda d: d.find_element(By.ID, "total-queued").text == "66")
+    wait.until(lambda d: d.find_element(By.ID, "total-queued").text == "69")
     assert browser.execute_script("return window.pgqueueNotReloaded === true;")
 
     # Filter the runs: the failed ones.
@@ -240,6 +255,23 @@ def test_the_dashboard_in_a_browser(
     browser.get(server + "/runs?state=queued&queue=crawl")
     assert "group tenant-1 at its limit" in browser.find_element(By.ID, "runs").text
     shot(browser, "why")
+
+    # A batch: its progress in the list, its members on its page, the way back from one.
+    browser.get(server + "/batches")
+    row = browser.find_element(By.CSS_SELECTOR, f"#batches tr[data-batch='{ids['batch']}']")
+    assert "75%" in row.text and "send_digest" in row.text
+    row.find_element(By.CSS_SELECTOR, "a").click()
+    wait.until(lambda d: d.find_elements(By.ID, "members"))
+    members = browser.find_elements(By.CSS_SELECTOR, "#members tbody tr")
+    assert len(members) == 12
+    states = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#members td .state")]
+    assert states == ["succeeded"] * 9 + ["queued"] * 3
+    assert "not yet" in browser.find_element(By.ID, "callback").text
+    shot(browser, "batch")
+    members[-1].find_element(By.CSS_SELECTOR, "a").click()
+    wait.until(lambda d: d.find_elements(By.ID, "batch"))
+    browser.find_element(By.CSS_SELECTOR, "#batch a").click()
+    wait.until(lambda d: d.current_url.endswith(f"/batches/{ids['batch']}"))
 
     # Cancel a queued run, and see the database change.
     queued = scalar(dsn, "SELECT min(id) FROM pgqueue.runs WHERE state = 'queued'")

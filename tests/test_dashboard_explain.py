@@ -167,3 +167,34 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
             query = _bulk.cancel_query(state, 1000)
             read, full = reads(plan(conn, query, filt | batch | {"queue": queue}))
             assert not full and read & indexes and read <= indexes, (state, queue, read)
+
+
+def test_batch_pages_read_the_batches_and_their_members_through_indexes(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """5,000 batches, 40,000 members of them and 40,000 runs outside any batch."""
+    conn.execute("""
+        INSERT INTO pgqueue.batch_heads (on_complete, queue, total, sealed_at)
+        SELECT 't', 'default', 8, now() FROM generate_series(1, 5000);
+        INSERT INTO pgqueue.batch_counts (batch_id, slot, succeeded)
+        SELECT id, s, 1 FROM pgqueue.batch_heads, generate_series(0, 3) s;
+        INSERT INTO pgqueue.runs (task, queue, state, finished_at, batch_id)
+        SELECT 't', 'default', 'succeeded', now(), CASE WHEN i % 2 = 0 THEN 1 + i % 5000 END
+        FROM generate_series(1, 80000) i;
+        ANALYZE pgqueue.runs;
+        ANALYZE pgqueue.batch_heads;
+        ANALYZE pgqueue.batch_counts;
+    """)
+
+    def batch_scans(query: str, params: dict[str, Any]) -> set[str]:
+        node = plan(conn, query, params)
+        indexes, full = reads(node)
+        assert not full and '"Seq Scan"' not in json.dumps(node), node
+        return indexes
+
+    listed = batch_scans(_sql.query("dashboard_batches"), {"before_id": 2**62, "limit": 50})
+    assert {"batches_pkey", "batch_counts_pkey"} <= listed, listed
+    one = batch_scans(_sql.query("dashboard_batch"), {"id": 7})
+    assert {"batches_pkey", "batch_counts_pkey"} <= one, one
+    members = {"id": 7, "after_id": 0, "limit": 50}
+    assert "runs_batch_idx" in batch_scans(_sql.query("dashboard_batch_members"), members)

@@ -10,7 +10,7 @@ import pytest
 
 import pgqueue
 from pgqueue import testing
-from tests.helpers import scalar
+from tests.helpers import scalar, wait_until
 
 
 @pytest.fixture
@@ -99,6 +99,43 @@ def test_assert_enqueued_sees_the_callers_joined_transaction(
         finally:
             app.connection_provider = None
     testing.assert_not_enqueued(app, tasks["add"])
+
+
+def test_eager_applies_unique_keys_as_to_runs_that_finished_at_once(
+    app: pgqueue.App, tasks: dict[str, Any], done: list[Any], dsn: str
+) -> None:
+    """An inline run is terminal when enqueue returns: the scopes "queued" and "active"
+    (and debounce) never hold it, "retained" does (for unique_for seconds if set)."""
+    add = tasks["add"]
+    with testing.eager(app) as runs:
+        for scope in ("queued", "active"):
+            bound = add.options(unique_key=f"k-{scope}", unique_while=scope)
+            first, again = bound.enqueue(1, 2), bound.enqueue(1, 2)
+            assert (first.created, again.created) == (True, True) and first.id != again.id
+        debounced = add.options(unique_key="d", debounce=5)
+        assert [debounced.enqueue(i, 0).created for i in range(2)] == [True, True]
+        retained = add.options(unique_key="r", unique_while="retained")
+        kept, dup = retained.enqueue(3, 4), retained.enqueue(5, 6)
+        assert (dup.created, dup.id, dup.wait()) == (False, kept.id, 7)
+        # the holder is found whatever scope the later enqueue asks for
+        assert add.options(unique_key="r").enqueue(0, 0).id == kept.id
+        per_item = add.options(unique_key=lambda a, b: f"m{a}", unique_while="retained")
+        assert [h.created for h in per_item.enqueue_many([(1, 1), (1, 2), (2, 2)])] == [
+            True,
+            False,
+            True,
+        ]
+        windowed = add.options(unique_key="w", unique_while="retained", unique_for=0.2)
+        first = windowed.enqueue(1, 1)
+        assert windowed.enqueue(1, 1).id == first.id  # within the window
+        later = wait_until(
+            lambda: (h := windowed.enqueue(1, 1)).created and h,
+            timeout=5,
+            message="the window to pass",
+        )
+        assert later.id != first.id and windowed.enqueue(1, 1).id == later.id
+        assert len(runs) == len(done) == 11
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 0
 
 
 def test_eager_runs_at_enqueue_without_touching_the_tables(

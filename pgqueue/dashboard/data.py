@@ -31,7 +31,7 @@ class BadRequest(UserError, ValueError):
 
 
 class NotFound(UserError, LookupError):
-    """No such run, queue or schedule (HTTP 404)."""
+    """No such run, queue, schedule or batch (HTTP 404)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +237,60 @@ def get_queue(conn: psycopg.Connection[Any], name: str, limit: int = 100) -> dic
         "groups_truncated": len(groups) == limit,
         "workers": [_worker(w) for w in workers if name in w["queues"]],
     }
+
+
+def list_batches(
+    conn: psycopg.Connection[Any], cursor: str | None, limit: int = PAGE_SIZE
+) -> dict[str, Any]:
+    """A page of batches, newest first, and the cursor of the next page (None: no more)."""
+    before_id = id_cursor(cursor, 2**63 - 1)
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            _sql.query("dashboard_batches"), {"before_id": before_id, "limit": limit}
+        ).fetchall()
+    return {
+        "batches": [_batch(b) for b in rows],
+        "next": str(rows[-1]["id"]) if len(rows) == limit else None,
+    }
+
+
+def get_batch(
+    conn: psycopg.Connection[Any], batch_id: int, cursor: str | None, limit: int = PAGE_SIZE
+) -> dict[str, Any]:
+    """One batch's counts and callback, and a page of its members in id order (the
+    cursor of the next page: None when there are no more)."""
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        batch = cur.execute(_sql.query("dashboard_batch"), {"id": batch_id}).fetchone()
+        if batch is None:
+            raise NotFound(f"no batch with id {batch_id}")
+        members = cur.execute(
+            _sql.query("dashboard_batch_members"),
+            {"id": batch_id, "after_id": id_cursor(cursor, 0), "limit": limit},
+        ).fetchall()
+    return {
+        **_batch(batch),
+        "members": members,
+        "next": str(members[-1]["id"]) if len(members) == limit else None,
+    }
+
+
+def _batch(b: dict[str, Any]) -> dict[str, Any]:
+    """A batch's row with `finished` (members in a terminal state) and `progress` (the
+    percentage of its total; None while the batch is open)."""
+    finished = b["succeeded"] + b["failed"] + b["canceled"]
+    total = b["total"]
+    progress = None if total is None else 100.0 if total == 0 else 100.0 * finished / total
+    return {**b, "finished": finished, "progress": progress}
+
+
+def id_cursor(cursor: str | None, start: int) -> int:
+    """The id a page of batches or members continues from (`start` for the first page)."""
+    if not cursor:
+        return start
+    try:
+        return int(cursor)
+    except ValueError:
+        raise BadRequest(f"invalid cursor {cursor[:40]!r}: use the `next` of a page") from None
 
 
 def list_workers(conn: psycopg.Connection[Any]) -> dict[str, Any]:

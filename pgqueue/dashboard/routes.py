@@ -194,6 +194,34 @@ def schedule_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     return d.acted(req, {"schedule": name, **result})
 
 
+@route("GET", "/batches")
+def batches_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        page = data.list_batches(conn, req.query.get("cursor"))
+    return d.page(req, "batches.html", {**page, "first": not req.query.get("cursor")})
+
+
+@route("GET", "/api/batches")
+def batches_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    limit = int_param(req, "limit", data.PAGE_SIZE, 1, 500)
+    with d.db() as conn:
+        return json_response(data.list_batches(conn, req.query.get("cursor"), limit=limit))
+
+
+@route("GET", r"/batches/(\d{1,18})")
+def batch_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        batch = data.get_batch(conn, int(m[1]), req.query.get("cursor"))
+    return d.page(req, "batch.html", {"b": batch, "first": not req.query.get("cursor")})
+
+
+@route("GET", r"/api/batches/(\d{1,18})")
+def batch_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    limit = int_param(req, "limit", data.PAGE_SIZE, 1, 500)
+    with d.db() as conn:
+        return json_response(data.get_batch(conn, int(m[1]), req.query.get("cursor"), limit=limit))
+
+
 def tree(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The children rows nested under their parents (depth-first order for the page)."""
     by_parent: dict[int, list[dict[str, Any]]] = {}

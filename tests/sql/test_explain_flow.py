@@ -17,7 +17,7 @@ def _history(conn: psycopg.Connection[Any]) -> None:
     """60,000 runs: finished ones with retained unique keys, waiting ones with queued-scope
     keys, and batch members."""
     conn.execute("""
-        INSERT INTO pgqueue.batches (on_complete, queue) VALUES ('t', 'default');
+        INSERT INTO pgqueue.batch_heads (on_complete, queue) VALUES ('t', 'default');
         INSERT INTO pgqueue.runs (task, queue, state, finished_at, unique_key, unique_while)
         SELECT 't', 'default', 'succeeded', now(), 'done-' || g, 'retained'
         FROM generate_series(1, 20000) g;
@@ -36,7 +36,8 @@ def test_sealing_a_batch_counts_its_members_through_runs_batch_idx(
     conn: psycopg.Connection[Any],
 ) -> None:
     _history(conn)
-    assert_uses(plan(conn, "batch_seal", {"id": 1}), "runs_batch_idx")
+    text = plan(conn, "batch_seal", {"id": 1})  # an index scan, or a bitmap scan of it
+    assert "Seq Scan" not in text and '"Index Name": "runs_batch_idx"' in text, text
 
 
 def test_the_holder_of_a_unique_key_is_found_through_runs_unique_key_idx(
@@ -56,6 +57,55 @@ def test_the_holder_of_a_unique_key_is_found_through_runs_unique_key_idx(
     assert_uses(json.dumps(rows[0][0]), "runs_unique_key_idx")
 
 
+def _batches(conn: psycopg.Connection[Any]) -> None:
+    """20,000 settled batches with a slot each, and 10 sealed ones still open."""
+    conn.execute("""
+        INSERT INTO pgqueue.batch_heads (on_complete, queue, total, sealed_at, completed_at)
+        SELECT 't', 'default', 1, now(), CASE WHEN g > 10 THEN now() END
+        FROM generate_series(1, 20010) g;
+        INSERT INTO pgqueue.batch_counts (batch_id, slot, succeeded)
+        SELECT id, 0, 1 FROM pgqueue.batch_heads;
+        ANALYZE pgqueue.batch_heads;
+        ANALYZE pgqueue.batch_counts;
+    """)
+
+
+def _batch_scans(text: str) -> set[tuple[str, str, str | None]]:
+    """(relation, node type, index) of each scan of a batch table in a JSON plan."""
+    found: set[tuple[str, str, str | None]] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if str(node.get("Relation Name", "")).startswith("batch_"):
+                found.add((node["Relation Name"], node["Node Type"], node.get("Index Name")))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(text))
+    return found
+
+
+def test_the_sweep_of_open_batches_reads_their_index_and_their_slots(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _batches(conn)
+    found = _batch_scans(plan(conn, "settle_open_batches", {"limit": 100}))
+    assert {r for r, kind, _ in found if "Seq Scan" in kind} == set(), found
+    assert {i for _, _, i in found} == {"batch_heads_open_idx", "batch_counts_pkey"}, found
+
+
+def test_a_batch_and_its_counts_are_read_through_the_primary_keys(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _batches(conn)
+    found = _batch_scans(plan(conn, "get_batch", {"id": 5000}))
+    assert {r for r, kind, _ in found if "Seq Scan" in kind} == set(), found
+    assert {i for _, _, i in found} == {"batches_pkey", "batch_counts_pkey"}, found
+
+
 def _calls(conn: psycopg.Connection[Any], function: str) -> int:
     row = conn.execute(
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
@@ -70,7 +120,7 @@ def test_runs_outside_a_batch_call_no_batch_trigger_function(
     conn: psycopg.Connection[Any],
 ) -> None:
     conn.execute("""
-        INSERT INTO pgqueue.batches (on_complete, queue, total) VALUES ('t', 'default', 50);
+        INSERT INTO pgqueue.batch_heads (on_complete, queue, total) VALUES ('t', 'default', 50);
         INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'default', 'queued'
         FROM generate_series(1, 100);
         INSERT INTO pgqueue.runs (task, queue, state, batch_id)

@@ -63,6 +63,52 @@ def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
             )
 
 
+def test_upgrade_to_0016_keeps_the_counts_of_open_and_completed_batches(
+    server_params: dict[str, Any],
+) -> None:
+    from alembic import command
+
+    params = {k: v for k, v in server_params.items() if v is not None}
+    name = f"pgqueue_upgrade16_{os.getpid()}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
+        with migrate._config(dsn) as cfg:
+            command.upgrade(cfg, "0015")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO pgqueue.batches (on_complete, queue, total, succeeded, failed,"
+                " canceled, sealed_at) VALUES ('t', 'default', 3, 1, 1, 0, now()),"
+                " ('t', 'default', 0, 0, 0, 0, now())"
+            )
+            conn.execute(
+                "INSERT INTO pgqueue.runs (task, queue, state, batch_id, finished_at)"
+                " VALUES ('m', 'default', 'succeeded', 1, now()),"
+                " ('m', 'default', 'failed', 1, now()), ('m', 'default', 'queued', 1, NULL)"
+            )
+        migrate.upgrade(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            counts = "SELECT id, total, succeeded, failed, canceled FROM pgqueue.batches"
+            assert conn.execute(counts + " ORDER BY id").fetchall() == [
+                (1, 3, 1, 1, 0),
+                (2, 0, 0, 0, 0),
+            ]
+            # the last member of the open batch finishes: counted on top, and settled
+            conn.execute("UPDATE pgqueue.runs SET state = 'canceled' WHERE state = 'queued'")
+            assert conn.execute(counts + " WHERE id = 1").fetchone() == (1, 3, 1, 1, 1)
+            callback = "SELECT callback_run_id IS NOT NULL FROM pgqueue.batches WHERE id = 1"
+            assert conn.execute(callback).fetchone() == (True,)
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
 def test_a_newer_schema_is_accepted_with_a_warning_an_older_one_refused(
     dsn: str, conn: psycopg.Connection[Any], capsys: Any, caplog: Any
 ) -> None:

@@ -1,5 +1,7 @@
 """The rescuer: takes back runs whose lease expired on some other (dead or cut-off)
-worker, in every served queue (sql/rescue_expired.sql decides what each becomes)."""
+worker, in every served queue (sql/rescue_expired.sql decides what each becomes); and
+settles batches whose last members finished in commits that each missed the others'
+counts (sql/settle_open_batches.sql), the safety net behind the settlement at commit."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")
 
-BATCH = 100  # runs per statement
+BATCH = 100  # runs (batches) per statement
 
 
 class Rescuer(Service):
@@ -33,4 +35,14 @@ class Rescuer(Service):
                         log.warning("run %s: lease expired, rescued -> %s", run_id, state)
                     if len(rows) < BATCH:
                         break
+            while True:
+                cur = await conn.execute(_sql.query("settle_open_batches"), {"limit": BATCH})
+                settled = await cur.fetchall()
+                for batch_id, callback in settled:
+                    if callback is not None:
+                        log.info(
+                            "batch %s: settled by the sweep, callback run %s", batch_id, callback
+                        )
+                if len(settled) < BATCH:
+                    break
         return self.interval

@@ -1,0 +1,27 @@
+"""A batch's counters spread over rows (pgqueue.batch_counts, one per batch and slot):
+pgqueue.batches becomes a view over pgqueue.batch_heads (the former table) that sums them.
+
+Revision ID: 0016
+Revises: 0015
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+from pgqueue import _sql
+
+revision = "0016"
+down_revision = "0015"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
+    for name in ("functions/batch_settle", "functions/batch_flush", "views/batches"):
+        op.execute(_sql.definition(name))
+
+
+def downgrade() -> None:
+    raise NotImplementedError("pgqueue migrations are forward-only")
