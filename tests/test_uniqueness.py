@@ -259,3 +259,23 @@ def test_retry_of_a_run_whose_key_a_newer_run_holds_says_what_to_do(
         flow.app.retry(first.id)
     flow.app.cancel(newer.id)
     assert flow.app.retry(first.id)
+
+
+def test_a_replace_of_a_key_held_by_a_run_not_waiting_is_a_skip(
+    member: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """A key held in a scope of the holder's own (retained, and finished; active, and
+    running) leaves a replace nothing to replace: the enqueue returns the holder."""
+    kept = member.options(unique_key="r", unique_while="retained").enqueue(1)
+    _start(conn, kept.id)
+    _finish(conn, kept.id)
+    active = member.options(unique_key="a", unique_while="active").enqueue(1)
+    _start(conn, active.id)
+    for key, holder in (("r", kept), ("a", active)):
+        again = member.options(unique_key=key, on_duplicate="replace").enqueue(2)
+        assert not again.created and again.id == holder.id
+    args = conn.execute(
+        "SELECT array_agg(args ORDER BY id) FROM pgqueue.runs WHERE id IN (%s, %s)",
+        (kept.id, active.id),
+    ).fetchone()
+    assert args == ([[1], [1]],)

@@ -1,5 +1,7 @@
 """A batch's counters spread over rows (pgqueue.batch_counts, one per batch and slot):
 pgqueue.batches becomes a view over pgqueue.batch_heads (the former table) that sums them.
+Also pgqueue.enqueue_unique(): a replace whose key is held by a run that is not waiting
+(held in a scope of its own) returns that run, as a skip does.
 
 Revision ID: 0016
 Revises: 0015
@@ -19,7 +21,12 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
-    for name in ("functions/batch_settle", "functions/batch_flush", "views/batches"):
+    for name in (
+        "functions/batch_settle",
+        "functions/batch_flush",
+        "views/batches",
+        "functions/enqueue_unique",  # replace of a holder that is not waiting: a skip
+    ):
         op.execute(_sql.definition(name))
 
 

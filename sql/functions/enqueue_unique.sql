@@ -10,8 +10,9 @@
 -- index; then
 --   - a holder older than `unique_for` leaves the scope (its unique_while becomes NULL)
 --     and the insert is tried again;
---   - with `replace`, the holder (locked; still waiting for its first start) takes the
---     new arguments and due time;
+--   - with `replace`, the holder (locked), if still waiting for its first start, takes
+--     the new arguments and due time (a holder that is not waiting, held in a scope of
+--     its own, is left as it is: a skip);
 --   - otherwise the holder's id is the answer, created = false.
 -- A holder that left the scope between the insert and the lookup (it started, or
 -- finished) means the insert is tried again.
@@ -112,10 +113,10 @@ BEGIN
                        state = new_state
                  WHERE r.id = holder_id
                    AND r.state IN ('scheduled', 'queued') AND r.started_at IS NULL;
-                IF NOT FOUND THEN
-                    CONTINUE;
-                END IF;
-                IF new_state = 'queued' AND notify THEN
+                -- Not found: the holder (locked above, so it cannot have moved) holds the
+                -- key in a scope of its own (retained, or active and running) and has
+                -- nothing left to replace; the key is taken, as for a skip.
+                IF FOUND AND new_state = 'queued' AND notify THEN
                     PERFORM pg_notify('pgqueue_queued', e ->> 'queue');
                 END IF;
             END IF;
