@@ -41,19 +41,26 @@ def big(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 
 def plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
+    """The generic JSON plan of the named query (sql/<name>.sql)."""
+    return plan_of(conn, _sql.query(name), params)
+
+
+def plan_of(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> str:
+    """The generic JSON plan of `query`, as a prepared statement would run it."""
     with conn.transaction():
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        rows = conn.execute(f"EXPLAIN (FORMAT JSON) {_sql.query(name)}", params).fetchall()
+        rows = conn.execute(f"EXPLAIN (FORMAT JSON) {query}", params).fetchall()
     return json.dumps(rows[0][0])
 
 
-def scans(text: str) -> list[tuple[str, str | None]]:
-    found: list[tuple[str, str | None]] = []
+def relation_scans(text: str) -> list[tuple[str, str, str | None]]:
+    """(relation, node type, index) of every node of a JSON plan that names a relation."""
+    found: list[tuple[str, str, str | None]] = []
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            if node.get("Relation Name") == "runs":
-                found.append((node["Node Type"], node.get("Index Name")))
+            if "Relation Name" in node:
+                found.append((node["Relation Name"], node["Node Type"], node.get("Index Name")))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -62,6 +69,11 @@ def scans(text: str) -> list[tuple[str, str | None]]:
 
     walk(json.loads(text))
     return found
+
+
+def scans(text: str) -> list[tuple[str, str | None]]:
+    """(node type, index) of every node of a JSON plan that reads or writes pgqueue.runs."""
+    return [(kind, index) for rel, kind, index in relation_scans(text) if rel == "runs"]
 
 
 def assert_uses(text: str, *indexes: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import _sql
-from tests.sql.test_explain import assert_uses, plan
+from tests.sql.test_explain import assert_uses, plan, plan_of, relation_scans
 
 
 def _history(conn: psycopg.Connection[Any]) -> None:
@@ -51,10 +51,7 @@ def test_the_holder_of_a_unique_key_is_found_through_runs_unique_key_idx(
     )
     assert found is not None
     lookup = "SELECT r.id, r.created_at\n" + found.group(1).replace("= key", "= %(key)s::text")
-    with conn.transaction():
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        rows = conn.execute(f"EXPLAIN (FORMAT JSON) {lookup}", {"key": "wait-7"}).fetchall()
-    assert_uses(json.dumps(rows[0][0]), "runs_unique_key_idx")
+    assert_uses(plan_of(conn, lookup, {"key": "wait-7"}), "runs_unique_key_idx")
 
 
 def _batches(conn: psycopg.Connection[Any]) -> None:
@@ -72,20 +69,7 @@ def _batches(conn: psycopg.Connection[Any]) -> None:
 
 def _batch_scans(text: str) -> set[tuple[str, str, str | None]]:
     """(relation, node type, index) of each scan of a batch table in a JSON plan."""
-    found: set[tuple[str, str, str | None]] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if str(node.get("Relation Name", "")).startswith("batch_"):
-                found.add((node["Relation Name"], node["Node Type"], node.get("Index Name")))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(json.loads(text))
-    return found
+    return {scan for scan in relation_scans(text) if scan[0].startswith("batch_")}
 
 
 def test_the_sweep_of_open_batches_reads_their_index_and_their_slots(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +28,31 @@ def test_revision_files_form_the_chain_alembic_sees() -> None:
     assert chain == migrate.revisions()
 
 
-def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
-    server_params: dict[str, Any],
-) -> None:
+@contextlib.contextmanager
+def database_at(server_params: dict[str, Any], revision: str) -> Iterator[str]:
+    """A scratch database migrated up to `revision` (its DSN), dropped afterwards."""
     from alembic import command
 
     params = {k: v for k, v in server_params.items() if v is not None}
-    name = f"pgqueue_upgrade_{os.getpid()}"
+    name = f"pgqueue_upgrade{revision}_{os.getpid()}"
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
     with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        admin.execute(drop)
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
         with migrate._config(dsn) as cfg:
-            command.upgrade(cfg, "0005")
+            command.upgrade(cfg, revision)
+        yield dsn
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+            admin.execute(drop)
+
+
+def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
+    server_params: dict[str, Any],
+) -> None:
+    with database_at(server_params, "0005") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('lim', 2)")
             conn.execute(
@@ -56,29 +67,12 @@ def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
                 "SELECT queue, state FROM pgqueue.runs WHERE limited ORDER BY 1, 2"
             ).fetchall()
         assert flagged == [("lim", "queued"), ("lim", "scheduled")]
-    finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def test_upgrade_to_0016_keeps_the_counts_of_open_and_completed_batches(
     server_params: dict[str, Any],
 ) -> None:
-    from alembic import command
-
-    params = {k: v for k, v in server_params.items() if v is not None}
-    name = f"pgqueue_upgrade16_{os.getpid()}"
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
-        with migrate._config(dsn) as cfg:
-            command.upgrade(cfg, "0015")
+    with database_at(server_params, "0015") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO pgqueue.batches (on_complete, queue, total, succeeded, failed,"
@@ -102,11 +96,6 @@ def test_upgrade_to_0016_keeps_the_counts_of_open_and_completed_batches(
             assert conn.execute(counts + " WHERE id = 1").fetchone() == (1, 3, 1, 1, 1)
             callback = "SELECT callback_run_id IS NOT NULL FROM pgqueue.batches WHERE id = 1"
             assert conn.execute(callback).fetchone() == (True,)
-    finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def test_a_newer_schema_is_accepted_with_a_warning_an_older_one_refused(
@@ -136,22 +125,9 @@ def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
     change giving its queue limits fail (`pgqueue queues set Q --group-concurrency 1`, a
     worker declaring them). After 0009 it is short, still shared by its runs, and they run
     under the limits."""
-    from alembic import command
-
     import pgqueue
 
-    params = {k: v for k, v in server_params.items() if v is not None}
-    name = f"pgqueue_upgrade8_{os.getpid()}"
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    app = None
-    try:
-        dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
-        with migrate._config(dsn) as cfg:
-            command.upgrade(cfg, "0007")
+    with database_at(server_params, "0007") as dsn, contextlib.closing(pgqueue.App(dsn)) as app:
         # 3,200 characters that do not compress: too long for a btree entry
         long_key = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100) g"
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -165,7 +141,6 @@ def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
                 " VALUES ('t', 'q', 'queued', 'short')"
             )
         migrate.upgrade(dsn)
-        app = pgqueue.App(dsn)
         app.set_limits("q", concurrency=None, group_concurrency=1)
         with psycopg.connect(dsn, autocommit=True) as conn:
             keys = conn.execute(
@@ -181,13 +156,6 @@ def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
                 "SELECT group_key FROM pgqueue.claim_limited('q', gen_random_uuid(), 10, 30)"
             ).fetchall()
         assert sorted(k for (k,) in claimed) == sorted([shortened, "short"])
-    finally:
-        if app is not None:
-            app.close()
-        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def test_every_migration_is_forward_only_and_a_downgrade_changes_nothing(dsn: str) -> None:
