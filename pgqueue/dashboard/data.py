@@ -148,13 +148,17 @@ def parse_cursor(cursor: str | None, by_finish: bool) -> tuple[datetime | None, 
     """(finished_at, id) to page after; the start is after everything."""
     if not cursor:
         return END, 2**63 - 1
+    if not by_finish:
+        return None, id_cursor(cursor, 0)
     try:
-        if by_finish:
-            at, _, run_id = cursor.rpartition("~")
-            return datetime.fromisoformat(at), int(run_id)
-        return None, int(cursor)
+        at, _, run_id = cursor.rpartition("~")
+        return datetime.fromisoformat(at), int(run_id)
     except ValueError:
-        raise BadRequest(f"invalid cursor {cursor[:40]!r}: use the `next` of a page") from None
+        raise bad_cursor(cursor) from None
+
+
+def bad_cursor(cursor: str) -> BadRequest:
+    return BadRequest(f"invalid cursor {cursor[:40]!r}: use the `next` of a page")
 
 
 END = datetime.fromisoformat("9999-12-31T23:59:59+00:00")
@@ -284,13 +288,14 @@ def _batch(b: dict[str, Any]) -> dict[str, Any]:
 
 
 def id_cursor(cursor: str | None, start: int) -> int:
-    """The id a page of batches or members continues from (`start` for the first page)."""
+    """The id a page of runs, batches or members continues from (`start` for the first
+    page)."""
     if not cursor:
         return start
     try:
         return int(cursor)
     except ValueError:
-        raise BadRequest(f"invalid cursor {cursor[:40]!r}: use the `next` of a page") from None
+        raise bad_cursor(cursor) from None
 
 
 def list_workers(conn: psycopg.Connection[Any]) -> dict[str, Any]:
