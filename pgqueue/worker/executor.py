@@ -57,8 +57,8 @@ class Executor:
         # written if something follows the write (a hook, a thread still running).
         self.executing: set[asyncio.Task[None]] = set()
         # Attempts running wholly in a thread (no asyncio task: see start_in_thread), and
-        # what shutdown.drain() waits on until there are none.
-        self.in_threads = 0
+        # what shutdown.drain() waits on until none is left that still owns its run.
+        self.in_threads: set[Held] = set()
         self.threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
         self.threads_quiet: asyncio.Future[None] | None = None
         # given by open(), on the loop, before the first claim
@@ -150,7 +150,7 @@ class Executor:
         """Hand a sync attempt to a thread (attempt.attempt_in_thread); _from_thread
         takes its outcome on the loop. No asyncio task or future per run."""
         self.transitions.started(held)
-        self.in_threads += 1
+        self.in_threads.add(held)
         timeout = held.row.timeout_seconds
         if timeout is not None:
             assert self._loop is not None
@@ -167,10 +167,8 @@ class Executor:
 
     def _from_thread(self, held: Held, outcome: Outcome | None, exc: BaseException | None) -> None:
         """On the loop: the thread's attempt returned."""
-        self.in_threads -= 1
-        quiet = self.threads_quiet
-        if not self.in_threads and quiet is not None and not quiet.done():
-            quiet.set_result(None)
+        self.in_threads.discard(held)
+        self.check_quiet()
         if held.timer is not None:
             held.timer.cancel()
         if exc is not None:
@@ -186,6 +184,18 @@ class Executor:
             held.submitted = True
             self.completer.post(outcome, held)
         self.free(held)
+
+    def owed_threads(self) -> int:
+        """Thread attempts whose run is still ours: a lost attempt's run belongs to
+        whoever rescued or canceled it, so a draining worker does not wait for its
+        thread (which cannot be stopped, and may be stuck for as long as the outage
+        that cost its lease)."""
+        return sum(not h.lost for h in self.in_threads)
+
+    def check_quiet(self) -> None:
+        quiet = self.threads_quiet
+        if quiet is not None and not quiet.done() and not self.owed_threads():
+            quiet.set_result(None)
 
     def time_out(self, held: Held) -> None:
         """On the loop: a thread's attempt ran past its task's timeout. Its failure is
@@ -264,6 +274,7 @@ class Executor:
         held.lost = True
         held.stop()
         self.stats["lost"] += 1
+        self.check_quiet()
         if self.permits.limited(held.row.queue):
             # its code may run on (a thread cannot be stopped; a coroutine may ignore its
             # cancellation): the run no longer holds the permit, the attempt does, until

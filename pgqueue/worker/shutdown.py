@@ -27,10 +27,11 @@ async def drain(
     executor: Executor, completer: Completer, grace: float, stats: Counter[str]
 ) -> None:
     """Stop claiming; let running tasks finish within the grace period; release the rest
-    (back to queued, the attempt given back)."""
+    (back to queued, the attempt given back). Attempts whose lease was lost are not
+    waited for: their runs are someone else's now."""
     held = executor.held
-    waits: list[asyncio.Future[Any]] = [h.task for h in held if h.task is not None]
-    if executor.in_threads:
+    waits: list[asyncio.Future[Any]] = [h.task for h in held if h.task is not None and not h.lost]
+    if executor.owed_threads():
         executor.threads_quiet = asyncio.get_running_loop().create_future()
         waits.append(executor.threads_quiet)
     if waits:

@@ -19,7 +19,9 @@ of, a terminal state: a run that reached its end exactly once has exactly one ro
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import time
 import uuid
 from typing import Any
@@ -31,6 +33,9 @@ import pgqueue
 from pgqueue.errors import ConfigError
 
 app = pgqueue.App()
+
+# `kill -USR1` prints every thread's stack (the harness asks a worker that does not stop)
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 LIMIT = 3  # chaos_limited: runs at once, cluster-wide
 GROUP_LIMIT = 2  # chaos_limited: runs at once per group

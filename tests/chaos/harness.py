@@ -205,6 +205,10 @@ class Fleet:
                 codes[w.pid] = w.wait(timeout)
             except Exception:
                 codes[w.pid] = None
+                # where it is stuck, into its log (tests/chaos/app.py registers the dump)
+                w.signal(signal.SIGUSR1)
+                with contextlib.suppress(Exception):
+                    w.wait(2)
         return codes
 
     def close(self) -> None:

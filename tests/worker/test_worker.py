@@ -210,6 +210,33 @@ def test_sync_run_past_grace_is_released_and_its_late_return_dropped(app: pgqueu
     assert (run.state, run.attempt, run.result) == ("queued", 0, None)
 
 
+def test_stop_does_not_wait_for_the_thread_of_a_lost_attempt(app: pgqueue.App) -> None:
+    """A canceled (or rescued) run's thread may run on, stuck in task code that ignores
+    ctx.cancelled: a draining worker owes that run nothing and stops without waiting
+    out its grace period for the thread."""
+    started, go = threading.Event(), threading.Event()
+
+    @app.task
+    def ignores_cancel() -> None:
+        started.set()
+        go.wait(60)
+
+    h = ignores_cancel.enqueue()
+    runner = InProcessWorker(app, grace=60)
+    try:
+        w = runner.__enter__()
+        assert started.wait(10)
+        assert app.cancel(h.id)
+        wait_until(lambda: w.stats["lost"] == 1, message="the worker to drop the run")
+        w.stop()
+        runner.thread.join(20)
+        assert not runner.thread.is_alive(), "the worker waited for a lost attempt's thread"
+    finally:
+        go.set()
+        runner.thread.join(30)
+    assert app.get_run(h.id).state == "canceled"
+
+
 def sleeps_until_cancelled(app: pgqueue.App) -> tuple[Any, threading.Event, threading.Event]:
     """An async task that sleeps a minute; events: it started, it was cancelled."""
     started = threading.Event()
