@@ -78,6 +78,21 @@ def prune_step(state: str | None, older_than: timedelta, limit: int) -> tuple[Li
     return _sql.query("prune_events" if state is None else "prune_runs"), params
 
 
+TALLY_LAG_SECONDS = 10  # as the workers' tally keeper (pgqueue.worker.maintenance.tally)
+
+
+def fold_tally(conn: psycopg.Connection[Any], rounds: int = 48) -> None:
+    """Bring the tally of finished runs up to a few seconds ago (as a worker's tally
+    keeper does), since pruning leaves alone the runs it has not counted yet. Each
+    round commits on its own: `conn` is in autocommit, as the App's connections are."""
+    for _ in range(rounds):
+        row = conn.execute(
+            _sql.query("tally_finished"), {"lag_seconds": TALLY_LAG_SECONDS}
+        ).fetchone()
+        if row is None or not row[1]:
+            return
+
+
 def prune(
     conn: psycopg.Connection[Any],
     older_than: timedelta,
@@ -99,6 +114,7 @@ def prune(
         targets.append(state)
     if events:
         targets.append(None)
+    fold_tally(conn)
     for target in targets:
         total = 0
         while True:

@@ -1,6 +1,6 @@
 -- One queue's settings (rate limits with their current use) and recent figures for its dashboard page (its live counts come
--- with its groups: dashboard_groups.sql): what finished in the last hour
--- (runs_finished_idx by time) and the live workers that serve it.
+-- with its groups: dashboard_groups.sql): what finished in the last minute and hour
+-- (pgqueue.finished_buckets, 5-second buckets) and the live workers that serve it.
 SELECT %(queue)s::text AS queue,
        coalesce(q.paused, false) AS paused, q.concurrency, q.group_concurrency,
        q.name IS NOT NULL AS configured,
@@ -12,11 +12,10 @@ SELECT %(queue)s::text AS queue,
 FROM (SELECT 1) one
 LEFT JOIN pgqueue.queues q ON q.name = %(queue)s
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
+    SELECT coalesce(sum(n) FILTER (WHERE bucket >= now() - interval '1 minute'), 0)::bigint
                AS finished_last_minute,
-           count(*) AS finished_last_hour,
-           count(*) FILTER (WHERE state = 'failed') AS failed_last_hour
-    FROM pgqueue.runs
-    WHERE state IN ('succeeded', 'failed', 'canceled')
-      AND finished_at > now() - interval '1 hour' AND queue = %(queue)s
+           coalesce(sum(n), 0)::bigint AS finished_last_hour,
+           coalesce(sum(n) FILTER (WHERE state = 'failed'), 0)::bigint AS failed_last_hour
+    FROM pgqueue.finished_buckets
+    WHERE bucket >= now() - interval '1 hour' AND queue = %(queue)s
 ) f

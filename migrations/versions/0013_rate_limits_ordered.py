@@ -26,10 +26,10 @@ def upgrade() -> None:
         "functions/queue_limits_changed",
         "functions/enqueue",
         "functions/claim_limited",
-        "views/queue_stats",
         "views/groups",
     ):
         op.execute(_sql.definition(name))
+    op.execute(Path(__file__).with_name("0013_queue_stats.sql").read_text())
 
 
 def downgrade() -> None:

@@ -37,6 +37,7 @@ from pgqueue.worker.maintenance.queue_limits import QueueLimits
 from pgqueue.worker.maintenance.rescuer import Rescuer
 from pgqueue.worker.maintenance.scheduler import Scheduler
 from pgqueue.worker.maintenance.stager import Stager
+from pgqueue.worker.maintenance.tally import TallyKeeper
 from pgqueue.worker.maintenance.worker_pruner import WorkerPruner
 from pgqueue.worker.notifications import Listener
 from pgqueue.worker.producer import Producer
@@ -219,6 +220,7 @@ class Worker:
             WorkerPruner(pool, self.lease_seconds).run(),
             self.stager.run(),
             Scheduler(pool).run(),
+            TallyKeeper(pool).run(),
         ]
         if self.retention is not None:
             duties.append(Pruner(pool, self.retention).run())

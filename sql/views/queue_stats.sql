@@ -1,10 +1,11 @@
 -- Per queue: live runs by state (each count reads the partial index of its state, so
 -- it costs the size of the backlog, never of the history), the oldest queued run's
--- age, and what finished recently (runs_finished_idx). Pickup latency is
--- started_at - run_at and duration finished_at - started_at, over the runs that
--- finished in the last minute. All-time totals of finished runs are deliberately not
--- here: they cost a scan of the whole history (see docs/sql.md). Limits last, with the
--- rate limits' current use (docs/flow_control.md).
+-- age, and what finished in the last minute and hour, in 5-second buckets
+-- (pgqueue.finished_buckets: the workers' tally, and the runs of the last few seconds).
+-- Pickup latency is started_at - run_at and duration finished_at - started_at, over the
+-- runs that finished in the last minute (runs_finished_idx). All-time totals of
+-- finished runs are deliberately not here: they cost a scan of the whole history (see
+-- docs/sql.md). Limits last, with the rate limits' current use (docs/flow_control.md).
 CREATE OR REPLACE VIEW pgqueue.queue_stats AS
 WITH live AS (
     SELECT queue, 'scheduled' AS state, count(*) AS n, NULL::timestamptz AS oldest
@@ -21,30 +22,31 @@ WITH live AS (
 ),
 recent AS (
     SELECT queue,
-           count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
-               AS finished_last_minute,
-           count(*) AS finished_last_hour,
-           count(*) FILTER (WHERE state = 'succeeded') AS succeeded_last_hour,
-           count(*) FILTER (WHERE state = 'failed') AS failed_last_hour,
+           sum(n) FILTER (WHERE bucket >= now() - interval '1 minute') AS finished_last_minute,
+           sum(n) AS finished_last_hour,
+           sum(n) FILTER (WHERE state = 'succeeded') AS succeeded_last_hour,
+           sum(n) FILTER (WHERE state = 'failed') AS failed_last_hour
+    FROM pgqueue.finished_buckets
+    WHERE bucket >= now() - interval '1 hour'
+    GROUP BY queue
+),
+latency AS (
+    SELECT queue,
            percentile_cont(0.5) WITHIN GROUP (
                ORDER BY extract(epoch FROM started_at - run_at)::double precision)
-               FILTER (WHERE finished_at > now() - interval '1 minute')
                AS pickup_p50_seconds,
            percentile_cont(0.95) WITHIN GROUP (
                ORDER BY extract(epoch FROM started_at - run_at)::double precision)
-               FILTER (WHERE finished_at > now() - interval '1 minute')
                AS pickup_p95_seconds,
            percentile_cont(0.5) WITHIN GROUP (
                ORDER BY extract(epoch FROM finished_at - started_at)::double precision)
-               FILTER (WHERE finished_at > now() - interval '1 minute')
                AS duration_p50_seconds,
            percentile_cont(0.95) WITHIN GROUP (
                ORDER BY extract(epoch FROM finished_at - started_at)::double precision)
-               FILTER (WHERE finished_at > now() - interval '1 minute')
                AS duration_p95_seconds
     FROM pgqueue.runs
     WHERE state IN ('succeeded', 'failed', 'canceled')
-      AND finished_at > now() - interval '1 hour'
+      AND finished_at > now() - interval '1 minute'
     GROUP BY queue
 ),
 names AS (
@@ -65,12 +67,12 @@ SELECT n.queue,
        extract(epoch FROM now() - (SELECT l.oldest FROM live l
                                     WHERE l.queue = n.queue AND l.state = 'queued'))
            ::double precision AS oldest_queued_seconds,
-       coalesce(r.finished_last_minute, 0) AS finished_last_minute,
-       coalesce(r.finished_last_hour, 0) AS finished_last_hour,
-       coalesce(r.succeeded_last_hour, 0) AS succeeded_last_hour,
-       coalesce(r.failed_last_hour, 0) AS failed_last_hour,
-       r.pickup_p50_seconds, r.pickup_p95_seconds,
-       r.duration_p50_seconds, r.duration_p95_seconds,
+       coalesce(r.finished_last_minute, 0)::bigint AS finished_last_minute,
+       coalesce(r.finished_last_hour, 0)::bigint AS finished_last_hour,
+       coalesce(r.succeeded_last_hour, 0)::bigint AS succeeded_last_hour,
+       coalesce(r.failed_last_hour, 0)::bigint AS failed_last_hour,
+       p.pickup_p50_seconds, p.pickup_p95_seconds,
+       p.duration_p50_seconds, p.duration_p95_seconds,
        q.concurrency, q.group_concurrency,
        -- rate limits as declared ('100/m'), and the starts in the last period
        q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
@@ -85,4 +87,5 @@ SELECT n.queue,
        coalesce(q.ordered, false) AS ordered
 FROM names n
 LEFT JOIN pgqueue.queues q ON q.name = n.queue
-LEFT JOIN recent r ON r.queue = n.queue;
+LEFT JOIN recent r ON r.queue = n.queue
+LEFT JOIN latency p ON p.queue = n.queue;

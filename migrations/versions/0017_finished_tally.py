@@ -1,0 +1,28 @@
+"""A tally of finished runs by queue, state and 5-second bucket (pgqueue.finished_tally,
+kept by the workers) and pgqueue.finished_buckets over it: pgqueue.queue_stats and the
+dashboard count what finished in the last hour without reading an hour of runs.
+
+Revision ID: 0017
+Revises: 0016
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+from pgqueue import _sql
+
+revision = "0017"
+down_revision = "0016"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
+    for name in ("views/finished_buckets", "views/queue_stats"):
+        op.execute(_sql.definition(name))
+
+
+def downgrade() -> None:
+    raise NotImplementedError("pgqueue migrations are forward-only")
