@@ -1,31 +1,47 @@
 """The dashboard's server time with a large history: every page and JSON endpoint of
 DESIGN 15, timed in the request handler (routing, queries, rendering; no network).
 
-    python -m bench.dashboard [--finished 1000000] [--queued 100000] [--repeat 30]
+    python -m bench.dashboard [--finished 1000000] [--last-hour 0] [--queued 100000]
+                              [--repeat 30] [--no-tally]
 
 The data: `--finished` finished runs over the last 7 days (2% failed, 1% canceled; the
-retention a week of history implies), of which the last hour holds its share;
+retention a week of history implies), of which the last hour holds its share, plus
+`--last-hour` more in the last hour (3,600,000 is a steady 1,000 runs/s);
 `--queued` queued runs over four queues, one of them limited with 200 groups; 200
 running runs, 1,000 scheduled and 100 waiting; ten live workers; five schedules. Each
 figure is the median, 95th percentile and maximum of `--repeat` requests after two
-warm-up requests.
+warm-up requests. The `pgqueue queues` and `pgqueue runs list` calls (App.queue_summary,
+App.list_runs) are timed the same way. The tally of finished runs is brought up to date
+before timing, as running workers keep it; `--no-tally` leaves its mark an hour back,
+so that what reads the last hour reads an hour of runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pgqueue
 from bench.common import DEFAULT_SERVER, Scratch, vacuum_analyze
 from pgqueue.dashboard.core import Dashboard, Request
+from pgqueue.retention import fold_tally
 
 WORKERS = [f"00000000-0000-0000-0000-{i:012d}" for i in range(1, 11)]
 
 
-def fill(conn: Any, finished: int, queued: int) -> None:
+def fill(conn: Any, finished: int, queued: int, last_hour: int = 0) -> None:
     """The runs, workers and schedules described above, with INSERT ... SELECT."""
+    for n, span in ((finished, "7 days"), (last_hour, "1 hour")):
+        if n:
+            finished_runs(conn, n, span)
+    queued_runs(conn, queued)
+
+
+def finished_runs(conn: Any, n: int, span: str) -> None:
     conn.execute(
         """
         INSERT INTO pgqueue.runs (task, queue, state, args, run_at, started_at, finished_at,
@@ -36,11 +52,14 @@ def fill(conn: Any, finished: int, queued: int) -> None:
                jsonb_build_array(g), t - interval '0.3 s', t - interval '0.2 s', t, 1,
                CASE WHEN g %% 100 < 2 THEN 'ValueError: bench' END,
                CASE WHEN g %% 4 = 1 THEN 'tenant-' || (g %% 200) ELSE '' END
-        FROM (SELECT g, now() - (%(n)s - g) * (interval '7 days' / %(n)s) AS t
+        FROM (SELECT g, now() - (%(n)s - g) * (%(span)s::interval / %(n)s) AS t
               FROM generate_series(1, %(n)s) g) x
         """,
-        {"n": finished},
+        {"n": n, "span": span},
     )
+
+
+def queued_runs(conn: Any, queued: int) -> None:
     conn.execute(
         "INSERT INTO pgqueue.queues (name, concurrency, group_concurrency) VALUES ('crawl', 50, 2)"
     )
@@ -124,9 +143,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", default=DEFAULT_SERVER)
     parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--last-hour", type=int, default=0)
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--keep", action="store_true", help="Reuse a filled database.")
+    parser.add_argument("--no-tally", action="store_true", help="Leave the tally an hour back.")
     args = parser.parse_args()
 
     scratch = Scratch(args.server, "pgqueue_bench_dashboard")
@@ -134,29 +155,58 @@ def main() -> None:
         started = time.monotonic()
         scratch.fresh()
         with scratch.connect() as conn:
-            fill(conn, args.finished, args.queued)
+            fill(conn, args.finished, args.queued, args.last_hour)
             vacuum_analyze(conn)
         print(f"filled in {time.monotonic() - started:.0f} s")
-    dashboard = Dashboard(scratch.dsn)
     with scratch.connect() as conn:
+        conn.autocommit = True
+        conn.execute(
+            "UPDATE pgqueue.tally_mark SET upto = date_bin('5 seconds',"
+            " now() - interval '1 hour', timestamptz '2000-01-01 UTC')"
+        )
+        conn.execute("TRUNCATE pgqueue.finished_tally")
+        if not args.no_tally:
+            fold_tally(conn)
         targets = paths(conn)
+    dashboard = Dashboard(scratch.dsn)
+    app = pgqueue.App(scratch.dsn)
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        (path, functools.partial(get, dashboard, path)) for path in targets
+    ]
+    calls += [
+        ("pgqueue queues", app.queue_summary),
+        ("pgqueue runs list", functools.partial(app.list_runs, limit=20)),
+        (
+            "pgqueue runs list --state succeeded --queue emails",
+            functools.partial(app.list_runs, state="succeeded", queue="emails", limit=20),
+        ),
+        (
+            "pgqueue runs list --state canceled",
+            functools.partial(app.list_runs, state="canceled", limit=20),
+        ),
+    ]
     print(f"{'path':<58} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7}")
     worst = 0.0
-    for path in targets:
+    for name, call in calls:
         times = []
         for i in range(args.repeat + 2):
             t0 = time.perf_counter()
-            resp = dashboard.handle(request(path))
+            call()
             elapsed = (time.perf_counter() - t0) * 1000
-            assert resp.status == 200, (path, resp.status, resp.body[:200])
             if i >= 2:
                 times.append(elapsed)
         times.sort()
         p95 = times[max(0, int(len(times) * 0.95) - 1)]
         worst = max(worst, p95)
-        print(f"{path:<58} {statistics.median(times):7.1f} {p95:7.1f} {times[-1]:7.1f}")
+        print(f"{name:<58} {statistics.median(times):7.1f} {p95:7.1f} {times[-1]:7.1f}")
     print(f"slowest p95: {worst:.1f} ms")
     dashboard.close()
+    app.close()
+
+
+def get(dashboard: Dashboard, path: str) -> None:
+    resp = dashboard.handle(request(path))
+    assert resp.status == 200, (path, resp.status, resp.body[:200])
 
 
 if __name__ == "__main__":

@@ -93,6 +93,12 @@ def fold_tally(conn: psycopg.Connection[Any], rounds: int = 48) -> None:
             return
 
 
+def prune_batches_step(limit: int) -> tuple[LiteralString, Any]:
+    """One batch of completed batches that nothing refers to any more (their members
+    and callback run pruned): they go with the runs, whatever the retention."""
+    return _sql.query("prune_batches"), {"limit": limit}
+
+
 def prune(
     conn: psycopg.Connection[Any],
     older_than: timedelta,
@@ -102,7 +108,9 @@ def prune(
     batch: int = BATCH,
 ) -> dict[str, int]:
     """Delete runs in `states` that finished more than `older_than` ago (and events
-    created before then, with events=True), in batches. Returns counts by state."""
+    created before then, with events=True), in batches, then the completed batches
+    (app.batch()) left without members or callback. Returns counts by state (and
+    "events", "batches")."""
     deleted: dict[str, int] = {}
     targets: list[str | None] = []
     for state in states:
@@ -124,4 +132,12 @@ def prune(
             if n < batch:
                 break
         deleted[target or "events"] = total
+    if targets and targets != [None]:
+        total = 0
+        while True:
+            n = conn.execute(*prune_batches_step(batch)).rowcount
+            total += n
+            if n < batch:
+                break
+        deleted["batches"] = total
     return deleted

@@ -296,3 +296,37 @@ def test_a_batch_whose_last_commits_missed_each_other_is_settled_by_the_rescuer(
         assert c.execute(_sql.query("settle_open_batches"), {"limit": 10}).fetchall() == []
     assert callback_runs(dsn) == 1
     assert callbacks(dsn, "swept") == [f"swept:{batch.id}:{n}:{n}:0:0"]
+
+
+def test_a_completed_batch_goes_once_its_members_and_callback_are_pruned(
+    app: pgqueue.App, dsn: str
+) -> None:
+    with app.batch(on_complete=flow.on_batch_done, kwargs={"tag": "old"}) as old:
+        flow.member.enqueue_many([(1,), (2,)])
+    with app.batch(on_complete=flow.on_batch_done, kwargs={"tag": "new"}) as new:
+        flow.member.enqueue(3)
+    with WorkerProcess(dsn, APP, "--burst") as w:
+        assert w.wait(60) == 0
+    callback = old.wait(timeout=10).callback_run_id
+    assert callback is not None and new.wait(timeout=10).callback_run_id is not None
+
+    def age(where: str, *params: Any) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(
+                f"UPDATE pgqueue.runs SET finished_at = now() - interval '2 hours' WHERE {where}",
+                params,
+            )
+
+    def batches() -> set[int]:
+        with psycopg.connect(dsn) as c:
+            return {r[0] for r in c.execute("SELECT id FROM pgqueue.batch_heads")}
+
+    age("batch_id = %s", old.id)
+    assert app.prune(3600)["batches"] == 0  # its callback run is still there
+    assert batches() == {old.id, new.id}
+    age("id = %s", callback)
+    assert app.prune(3600)["batches"] == 1
+    assert batches() == {new.id}  # its member and callback are recent: kept
+    assert (
+        scalar(dsn, "SELECT count(*) FROM pgqueue.batch_counts WHERE batch_id = %s", (old.id,)) == 0
+    )

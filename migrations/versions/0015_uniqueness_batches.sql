@@ -1,4 +1,4 @@
--- pgqueue 0012: uniqueness scopes and batches (docs/flow_control.md).
+-- pgqueue 0015: uniqueness scopes and batches (docs/flow_control.md).
 --
 -- unique_key / unique_while: at most one run per key while the run is in its scope:
 --   queued   - waiting for its first start (scheduled or queued, never started);

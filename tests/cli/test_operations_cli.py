@@ -44,9 +44,12 @@ def test_prune_cli_deletes_in_batches_with_cascades(
     code, out, _ = cli(
         capsys, "prune", "--older-than", "7d", "--state", "failed", "--dsn", app.dsn, "--json"
     )
-    assert code == 0 and json.loads(out) == {"failed": 1}
+    assert code == 0 and json.loads(out) == {"failed": 1, "batches": 0}
     code, out, _ = cli(capsys, "prune", "--older-than", "7d", "--events", "--dsn", app.dsn)
-    assert code == 0 and out.strip() == "deleted 3 succeeded, 0 failed, 0 canceled, 1 events"
+    assert (
+        code == 0
+        and out.strip() == "deleted 3 succeeded, 0 failed, 0 canceled, 1 events, 0 batches"
+    )
     remaining = {r[0] for r in conn.execute("SELECT id FROM pgqueue.runs")}
     assert remaining == {recent, live}
     assert old_failed not in remaining
@@ -58,7 +61,12 @@ def test_prune_cli_deletes_in_batches_with_cascades(
         "INSERT INTO pgqueue.runs (task, state, finished_at)"
         " SELECT 't', 'canceled', now() - interval '40 days' FROM generate_series(1, 2500)"
     )
-    assert app.prune(timedelta(days=30)) == {"succeeded": 0, "failed": 0, "canceled": 2500}
+    assert app.prune(timedelta(days=30)) == {
+        "succeeded": 0,
+        "failed": 0,
+        "canceled": 2500,
+        "batches": 0,
+    }
     assert_user_error(cli(capsys, "prune", "--older-than", "soon", "--dsn", app.dsn), "duration")
 
 

@@ -9,10 +9,21 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgqueue
 from pgqueue.worker.maintenance.tally import INTERVAL, TallyKeeper
 from tests.worker import parts
+
+
+@pytest.fixture(autouse=True)
+def mark_an_hour_back(dsn: str) -> None:
+    """As a fresh migration leaves it (the test database's template may be older)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgqueue.tally_mark SET upto = date_bin('5 seconds',"
+            " now() - interval '1 hour', timestamptz '2000-01-01 UTC')"
+        )
 
 
 def finish(dsn: str, ids: list[int], seconds_ago: float, state: str = "succeeded") -> None:

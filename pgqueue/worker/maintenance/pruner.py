@@ -1,6 +1,7 @@
 """Deletes finished runs (their steps and errors cascade) and events past their
-retention, in batches of Retention.batch rows, each batch its own short statement.
-Every worker runs one; SKIP LOCKED lets them share the work without waiting."""
+retention, then completed batches whose members and callback are gone, in batches of
+Retention.batch rows, each batch its own short statement. Every worker runs one; SKIP
+LOCKED lets them share the work without waiting."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import random
 from datetime import timedelta
 
-from pgqueue.retention import Retention, prune_step
+from pgqueue.retention import Retention, prune_batches_step, prune_step
 from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")
@@ -39,6 +40,13 @@ class Pruner(Service):
                     deleted[state or "events"] = deleted.get(state or "events", 0) + cur.rowcount
                     if cur.rowcount < retention.batch:
                         break
+            # completed batches whose members and callback are gone by now
+            while retention.by_state() and batches < MAX_BATCHES:
+                cur = await conn.execute(*prune_batches_step(retention.batch))
+                batches += 1
+                deleted["batches"] = deleted.get("batches", 0) + cur.rowcount
+                if cur.rowcount < retention.batch:
+                    break
         if any(deleted.values()):
             log.info(
                 "pruned %s",

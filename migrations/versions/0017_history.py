@@ -1,6 +1,7 @@
-"""A tally of finished runs by queue, state and 5-second bucket (pgqueue.finished_tally,
-kept by the workers) and pgqueue.finished_buckets over it: pgqueue.queue_stats and the
-dashboard count what finished in the last hour without reading an hour of runs.
+"""History at scale: a tally of finished runs by queue, state and 5-second bucket
+(pgqueue.finished_tally, kept by the workers) and pgqueue.finished_buckets over it, so
+that pgqueue.queue_stats and the dashboard count what finished in the last hour without
+reading an hour of runs; an index for pruning completed batches.
 
 Revision ID: 0017
 Revises: 0016

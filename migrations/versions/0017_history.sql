@@ -1,4 +1,5 @@
--- pgqueue 0017: a tally of finished runs (docs/sql.md, "What finished recently").
+-- pgqueue 0017: history at scale. A tally of finished runs (docs/sql.md,
+-- pgqueue.finished_buckets), and pruning of completed batches.
 --
 -- "Finished in the last hour" was counted from the runs themselves: at 1,000 runs/s
 -- that is 3.6 million index entries and heap rows per look at pgqueue.queue_stats or the
@@ -28,3 +29,8 @@ CREATE TABLE pgqueue.tally_mark (
 -- An existing install's last hour is folded in by the first workers that start.
 INSERT INTO pgqueue.tally_mark (upto)
 VALUES (date_bin('5 seconds', now() - interval '1 hour', timestamptz '2000-01-01 UTC'));
+
+-- Completed batches go once nothing refers to them any more: their members and their
+-- callback run pruned (sql/prune_batches.sql reads them oldest first).
+CREATE INDEX batch_heads_done_idx ON pgqueue.batch_heads (completed_at)
+    WHERE completed_at IS NOT NULL;
