@@ -24,6 +24,7 @@ from tests.helpers import ROOT, scalar, wait_until
 pytest.importorskip("selenium")
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -210,13 +211,14 @@ def test_the_dashboard_in_a_browser(
     server: str, browser: Any, dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     ids = seed(conn)
-    wait = WebDriverWait(browser, 15)
+    # The overview's 2 s refresh swaps its elements: one found a moment ago may be gone
+    # by the time its text is read, so such a wait looks again.
+    wait = WebDriverWait(browser, 15, ignored_exceptions=(StaleElementReferenceException,))
 
     # The overview's counts change after an enqueue, without a reload.
     browser.get(server + "/")
-    total = browser.find_element(By.ID, "total-queued")
-    before = total.text
-    assert before == "68"
+    total = wait.until(lambda d: d.find_element(By.ID, "total-queued").text)
+    assert total == "68"
     shot(browser, "overview")
     browser.execute_script("window.pgqueueNotReloaded = true;")
     conn.execute("SELECT pgqueue.enqueue('send_email', '[\"new@example.com\"]', queue => 'emails')")
