@@ -3,6 +3,8 @@
     flock /tmp/pgqueue-bench.lock python -m bench.soak --minutes 10 --snapshot
     flock /tmp/pgqueue-bench.lock python -m bench.soak --minutes 10 --rate 1500
     python -m bench.soak --minutes 2 --interval 20 --rate 500     # a quick smoke run
+    flock /tmp/pgqueue-bench.lock python -m bench.soak --minutes 30 --rate 1000 \
+        --history 10000000 --keep 10000s                         # history at scale
 
 A fresh scratch database (--db, default pgqueue_bench_soak) is created and migrated. Unless
 --rate is given, a calibration first measures capacity: --procs worker processes of
@@ -27,7 +29,14 @@ every --interval seconds (one "minute") a sampler records:
 - for every pgqueue table: n_live_tup, n_dead_tup, inserts/updates/HOT updates/deletes,
   vacuum and autovacuum counts (pg_stat_user_tables), total size (pg_total_relation_size);
 - CPU: the worker processes' and the database's backends' CPU time per completed run
-  (/proc), and the share of the machine that was busy.
+  (/proc), and the share of the machine that was busy;
+- what operators read (READS: the dashboard's overview, queue page and chart, `pgqueue
+  queues`, `pgqueue runs list` with and without filters): each query's median of 3, in ms.
+
+History at scale (--history N): before the soak, N succeeded runs are bulk-loaded with
+finished_at spread over the --keep window, so that with N = rate x keep the pruner deletes
+about as many old runs per second as the producer adds: the table holds N finished runs
+throughout, and the question is whether anything drifts as it churns.
 
 Vacuum (--vacuum): autovacuum is off on the shared bench server, and the bench does not
 change server settings. `auto` (the default) uses the server's autovacuum when it is on and
@@ -91,10 +100,12 @@ from bench.common import (
     write_report,
 )
 from pgqueue import _sql
+from pgqueue.retention import parse_duration
 from pgqueue.worker.semaphores import ClaimMarks
 
 QUEUE = apps.SYNC_QUEUE
 DECLINE_TARGET = 15.0  # percent, first to last interval
+READ_TARGET_MS = 100.0  # what an operator reads (READS) stays under this
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -114,6 +125,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=50, help="per worker process")
     p.add_argument("--tick", type=float, default=0.05, help="producer: seconds per batch")
     p.add_argument("--keep", default="2m", help="the workers' --keep-succeeded (history retention)")
+    p.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="finished runs bulk-loaded before the soak, spread over the --keep window (a"
+        " retention that prunes what arrives: --history = rate x keep is a steady state)",
+    )
     p.add_argument("--vacuum", choices=("auto", "server", "emulate", "off"), default="auto")
     p.add_argument("--naptime", type=float, help="emulated autovacuum_naptime (seconds)")
     p.add_argument(
@@ -399,12 +417,65 @@ FROM pgqueue.runs
 WHERE queue = %(queue)s AND state = 'succeeded'
   AND finished_at >= %(t0)s AND finished_at < %(t1)s
 """
+# Each count reads a partial index, or (failed) runs_failed_idx: never the history, which
+# --history makes millions of rows. The finished history is counted by pg_class below.
 DEPTH = """
-SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'running'),
-       count(*) FILTER (WHERE state IN ('succeeded', 'failed', 'canceled')),
-       count(*) FILTER (WHERE state NOT IN ('queued', 'running', 'succeeded'))
-FROM pgqueue.runs
+SELECT (SELECT count(*) FROM pgqueue.runs WHERE state = 'queued'),
+       (SELECT count(*) FROM pgqueue.runs WHERE state = 'running'),
+       (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'pgqueue.runs'::regclass),
+       (SELECT count(*) FROM pgqueue.runs WHERE state = 'scheduled')
+       + (SELECT count(*) FROM pgqueue.runs WHERE state = 'waiting')
+       + (SELECT count(*) FROM pgqueue.runs WHERE state = 'failed')
 """
+
+# What operators read while the soak runs (the dashboard's overview, queue page and chart,
+# `pgqueue queues`, `pgqueue runs list`): each named query's median of 3, in ms.
+READS: dict[str, tuple[str, dict[str, Any]]] = {
+    "queue_stats": ("queue_stats", {}),
+    "dashboard overview": ("dashboard_queues", {}),
+    "dashboard chart": ("dashboard_throughput", {}),
+    "dashboard queue": ("dashboard_queue", {"queue": QUEUE}),
+    "pgqueue queues": ("queue_summary", {}),
+    "runs list": ("list_runs", {"state": None, "queue": None, "task": None, "limit": 20}),
+    "runs list --state succeeded --queue": (
+        "list_runs",
+        {"state": "succeeded", "queue": QUEUE, "task": None, "limit": 20},
+    ),
+    "runs list --state failed": (
+        "list_runs",
+        {"state": "failed", "queue": None, "task": None, "limit": 20},
+    ),
+}
+
+
+def read_probes(conn: Conn) -> dict[str, float]:
+    out = {}
+    for name, (query, params) in READS.items():
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            conn.execute(_sql.query(query), params).fetchall()
+            times.append(1000 * (time.perf_counter() - t0))
+        out[name] = statistics.median(times)
+    return out
+
+
+def load_history(conn: Conn, n: int, keep: str) -> None:
+    """n succeeded runs of the soak's queue, finished uniformly over the last `keep`
+    (oldest first by id, as real history), then VACUUM ANALYZE."""
+    seconds = parse_duration(keep).total_seconds()
+    conn.execute(
+        """
+        INSERT INTO pgqueue.runs (task, queue, state, args, kwargs, attempt, run_at,
+                                  started_at, finished_at)
+        SELECT 'bench.noop', %(queue)s, 'succeeded', jsonb_build_array(g), '{}'::jsonb, 1,
+               t - interval '3 ms', t - interval '2 ms', t
+        FROM (SELECT g, now() - (%(n)s - g) * (%(seconds)s * interval '1 second' / %(n)s) AS t
+              FROM generate_series(1, %(n)s) g) x
+        """,
+        {"queue": QUEUE, "n": n, "seconds": seconds},
+    )
+    vacuum_analyze(conn)
 
 
 @dataclass
@@ -424,6 +495,7 @@ class Sample:
     done_p50_ms: float
     enqueue_p95_ms: float
     probe: dict[str, float]
+    reads: dict[str, float]
     tables: dict[str, dict[str, int]]
     indexes: dict[str, dict[str, int]]
     deltas: dict[str, dict[str, int]]
@@ -497,6 +569,7 @@ class Sampler:
             done_p50_ms=1000 * float(row[3] if row[3] is not None else "nan"),
             enqueue_p95_ms=1000 * percentile(calls, 95),
             probe=claim_probe(self.conn),
+            reads=read_probes(self.conn),
             tables=tables,
             indexes=index_stats(self.conn),
             deltas=deltas,
@@ -609,6 +682,14 @@ def soak(args: argparse.Namespace, command: str, log: Any) -> dict[str, Any]:
                 )
             )
     details["vacuum"] = mode
+    if args.history:
+        t0 = time.perf_counter()
+        with scratch.connect() as conn:
+            load_history(conn, args.history, args.keep)
+        log(
+            f"history: {args.history:,} finished runs over {args.keep} in"
+            f" {time.perf_counter() - t0:.0f} s"
+        )
     apps.app.configure(dsn=dsn)
     extra = ["--keep-succeeded", args.keep]
     cmd = worker_command(dsn, QUEUE, args.concurrency, burst=False, extra=extra)
@@ -664,7 +745,8 @@ def soak(args: argparse.Namespace, command: str, log: Any) -> dict[str, Any]:
 
 HEADER = (
     "| min | enqueued | completed | done/s | queued | pickup p50 | p95 | probe ms | probe buf"
-    " | runs live | runs dead | runs MB | vacuums | worker CPU | db CPU | machine |"
+    " | runs live | runs dead | runs MB | vacuums | worker CPU | db CPU | machine"
+    " | slowest read |"
 )
 
 
@@ -694,8 +776,16 @@ def row_text(s: Sample) -> str:
         f"{s.worker_cpu_s * per_run:.0f} us/run",
         f"{s.db_cpu_s * per_run:.0f} us/run",
         f"{100 * s.machine_busy:.0f}%",
+        slowest_read(s),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def slowest_read(s: Sample) -> str:
+    if not s.reads:
+        return "-"
+    name = max(s.reads, key=lambda k: s.reads[k])
+    return f"{s.reads[name]:.0f} ms ({name})"
 
 
 def change(first: float, last: float) -> float:
@@ -794,6 +884,18 @@ def figures(samples: Sequence[Sample], command: str, rate: float) -> list[Figure
             float(max(s.runs_table("dead") for s in samples)),
         ),
         fig("pgqueue.runs total size, last interval", "MB", last.runs_table("total_bytes") / 2**20),
+        *(
+            fig(
+                f"read: {name}, worst interval",
+                "ms",
+                max(s.reads.get(name, 0.0) for s in samples),
+                target=READ_TARGET_MS,
+                higher_is_better=False,
+                note=f"first {first.reads.get(name, 0.0):.1f},"
+                f" last {last.reads.get(name, 0.0):.1f} ms",
+            )
+            for name in READS
+        ),
     ]
 
 

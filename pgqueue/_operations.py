@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
-from pgqueue import _inspect, _operator, _registry
+from pgqueue import _inspect, _operator, _registry, _sql
 from pgqueue import retention as _retention
 from pgqueue._checks import check_name
 from pgqueue._rates import KEEP, Keep
@@ -103,7 +103,8 @@ class Operations:
             _operator.set_paused(c, queue, paused)
 
     def queue_summary(self) -> list[dict[str, Any]]:
-        with self._app().connection() as c:
+        with self._app().connection() as c, c.transaction():
+            c.execute(_sql.query("no_jit"))
             return _inspect.rows(c, "queue_summary")
 
     def list_workers(self) -> list[dict[str, Any]]:

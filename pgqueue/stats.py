@@ -33,6 +33,7 @@ SECONDS = {key for _, key in QUEUE_COLUMNS if key.endswith("_seconds")}
 def snapshot(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Queues, live workers and the database's clock, read in one transaction."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_sql.query("no_jit"))
         queues = cur.execute(_sql.query("queue_stats")).fetchall()
         workers = cur.execute(_sql.query("workers_live")).fetchall()
         now = cur.execute("SELECT now() AS now").fetchone()

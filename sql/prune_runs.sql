@@ -14,7 +14,7 @@ WITH doomed AS (
     WHERE r.state IN ('succeeded', 'failed', 'canceled')
       AND r.state = %(state)s
       AND r.finished_at < now() - %(older_than)s * interval '1 second'
-      AND r.finished_at < (SELECT m.upto FROM pgqueue.tally_mark m)
+      AND r.finished_at < pgqueue.tally_upto()
       AND coalesce((SELECT p.state FROM pgqueue.runs p WHERE p.id = r.parent_id),
                    'succeeded') IN ('succeeded', 'failed', 'canceled')
     ORDER BY r.finished_at

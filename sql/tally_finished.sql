@@ -20,6 +20,7 @@ folded AS (
     FROM pgqueue.runs r, mark m
     WHERE r.state IN ('succeeded', 'failed', 'canceled')
       AND r.finished_at >= m.old AND r.finished_at < m.new
+      AND r.finished_at >= pgqueue.tally_upto()  -- m.old or older: for the estimate
     GROUP BY 1, 2, 3
     ON CONFLICT (bucket, queue, state) DO UPDATE
         SET n = t.n + excluded.n, picked = t.picked + excluded.picked,

@@ -21,7 +21,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
-    for name in ("views/finished_buckets", "views/queue_stats"):
+    for name in ("functions/tally_upto", "views/finished_buckets", "views/queue_stats"):
         op.execute(_sql.definition(name))
 
 

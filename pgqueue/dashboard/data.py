@@ -97,6 +97,7 @@ def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
 def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Every queue's counts, limits and recent figures, and the last hour per minute."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_sql.query("no_jit"))
         queues = cur.execute(_sql.query("dashboard_queues")).fetchall()
         minutes = cur.execute(_sql.query("dashboard_throughput")).fetchall()
         now = cur.execute("SELECT now() AS now").fetchone()
@@ -215,6 +216,7 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
 def get_queue(conn: psycopg.Connection[Any], name: str, limit: int = 100) -> dict[str, Any]:
     """One queue's figures, its groups (who holds the permits) and its live workers."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_sql.query("no_jit"))
         queue = cur.execute(_sql.query("dashboard_queue"), {"queue": name}).fetchone()
         assert queue is not None
         groups = cur.execute(

@@ -13,5 +13,5 @@ SELECT date_bin('5 seconds', r.finished_at, timestamptz '2000-01-01 UTC') AS buc
            AS pickup_sum
 FROM pgqueue.runs r
 WHERE r.state IN ('succeeded', 'failed', 'canceled')
-  AND r.finished_at >= (SELECT m.upto FROM pgqueue.tally_mark m)
+  AND r.finished_at >= pgqueue.tally_upto()
 GROUP BY 1, 2, 3;
