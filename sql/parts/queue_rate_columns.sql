@@ -1,7 +1,7 @@
 -- The rate-limit columns of a row `q` of pgqueue.queues, for people: the limits as
 -- declared ('100/m') and the queue's starts in the last period (pgqueue.rate_used over
--- its log). queue_summary.sql (`pgqueue queues`) and dashboard_queue.sql include it; the
--- view pgqueue.queue_stats (sql/views/queue_stats.sql) writes the same columns out.
+-- its log). dashboard_queue.sql includes it; the view pgqueue.queue_stats
+-- (sql/views/queue_stats.sql) writes the same columns out.
 q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
     AS rate_limit,
 CASE WHEN q.rate_limit IS NOT NULL
