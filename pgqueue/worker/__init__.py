@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from pgqueue import db
 from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
@@ -221,7 +222,7 @@ class Worker:
         self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
         self.completer.deferred = self.stager.nudge  # a sleep or backoff was written
         self.listener = Listener(
-            self.app.dsn,
+            self.dsn,  # with generic plans, as the pool's: it claims too (pick_up)
             pool,
             self.queues,
             executor.held,
@@ -229,6 +230,9 @@ class Worker:
             executor.lose,
             limits.refresh,
             due=self.stager.nudge,
+            idle=producer.idle,
+            pick_up=producer.pick_up,
+            connect_kwargs=db.connect_kwargs(self.app.pooler),
         )
         await limits.refresh()
         duties = [
