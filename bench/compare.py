@@ -60,6 +60,8 @@ running then (without it, pickup p99s ranged from 4.5 to 41 ms between repeats).
 pickup series has 1,000 pings, so that its p99 is the tenth-slowest ping, not a single
 outlier.
 
+`--libs pgqueue,pgqueuer,floor` adds the floor to the pickup step (FloorLib: a bare psycopg
+INSERT+NOTIFY and a LISTEN-side claim, the least a pickup costs; it takes no other step).
 `--only defaults,pickup` (say) runs just those steps (process implies bulk and single,
 whose jobs it drains).
 
@@ -300,6 +302,8 @@ class Lib:
                     proc.kill()
                     proc.wait()
 
+    #: the steps this library takes part in (FloorLib: only the pickup)
+    steps: ClassVar[tuple[str, ...]] = ()  # () means all of STEPS
     #: what start_chains/start_chain can start: "chain" (4 tasks), "flow" (4-step workflow)
     kinds: ClassVar[tuple[str, ...]] = ("chain",)
 
@@ -685,10 +689,68 @@ class PgqueuerLib(_AsyncLib):
         conn.execute("VACUUM (ANALYZE) pgqueuer")
 
 
+FLOOR_DDL = """
+CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                   state text NOT NULL DEFAULT 'queued', i integer NOT NULL);
+CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued'
+"""
+# one statement in autocommit: the insert, and a NOTIFY sent when it commits
+FLOOR_ENQUEUE = (
+    "WITH j AS (INSERT INTO jobs (i) VALUES (%s) RETURNING id) SELECT pg_notify('jobs', '')"
+)
+FLOOR_CLAIM = """
+UPDATE jobs SET state = 'running'
+ WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id
+             FOR UPDATE SKIP LOCKED LIMIT 1)
+RETURNING i
+"""
+
+
+def floor_worker() -> None:
+    """The floor's worker (FloorLib): LISTEN, and on each batch of notifications claim
+    one job per notification on the same connection (one round trip each), then ping."""
+    with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as conn:
+        conn.execute("LISTEN jobs")
+        while True:
+            notes = sum(1 for _ in conn.notifies(stop_after=1))
+            for _ in range(notes):
+                row = conn.execute(FLOOR_CLAIM, prepare=True).fetchone()
+                if row is not None:
+                    _ping_back(row[0])
+
+
+class FloorLib(Lib):
+    """The least an idle pickup can cost, for the pickup step only: a bare psycopg
+    enqueue (one INSERT and its NOTIFY, one statement in autocommit) and a worker that
+    claims on its LISTEN connection with one UPDATE (floor_worker): the enqueue's
+    commit, one NOTIFY delivery, one claim round trip, and a ping."""
+
+    steps: ClassVar[tuple[str, ...]] = ("pickup",)
+    conn: Any = None
+
+    def install(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for statement in FLOOR_DDL.split(";"):
+                conn.execute(statement)
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def worker_cmd(self) -> list[str]:
+        return [sys.executable, "-c", "from bench.compare import floor_worker; floor_worker()"]
+
+    def ping(self, i: int) -> None:
+        self.conn.execute(FLOOR_ENQUEUE, (i,), prepare=True)
+
+
 CLASSES: dict[str, type[Lib]] = {
     "pgqueue": PgqueueLib,
     "procrastinate": ProcrastinateLib,
     "pgqueuer": PgqueuerLib,
+    "floor": FloorLib,
 }
 
 
@@ -957,7 +1019,7 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
     def log(message: str) -> None:
         print(f"  [{lib.name} r{r + 1}] {message}", flush=True)
 
-    steps = set(args.only)
+    steps = set(args.only) & set(lib.steps or STEPS)
     if "process" in steps:  # it drains what bulk and single enqueued
         steps |= {"bulk", "single"}
     lib.fresh()
@@ -1001,7 +1063,7 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
                 setting = f", --concurrency {concurrency}" if concurrency else ""
                 log(f"deep queue, {workers} worker(s){setting}: {rate:,.0f} jobs/s ({n:,} jobs)")
         if "pickup" in steps:
-            lat, lost = pickup(lib, args.pickups, 10, r)
+            lat, lost = pickup(lib, args.pickups, 10, args.seed + r)
             for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
                 dest.append(percentile(lat, q))
             log(f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms")
@@ -1113,7 +1175,7 @@ def markdown(results: dict[str, Samples], args: argparse.Namespace) -> str:
 def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
     """(target, measured, PASS/FAIL) for pgqueue against the better peer."""
     ours = results["pgqueue"]
-    peers = [results[x] for x in results if x != "pgqueue"]
+    peers = [results[x] for x in results if x not in ("pgqueue", "floor")]
     out = []
     for key, label in (
         ("process", "processing throughput, 1 worker process"),
@@ -1151,6 +1213,17 @@ def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
                     f"idle pickup {key} <= 0.8x pgqueuer's",
                     f"{mine:.2f} vs {theirs_:.2f} ms = {mine / theirs_:.2f}x",
                     "PASS" if mine <= 0.8 * theirs_ else "FAIL",
+                )
+            )
+    floor = results.get("floor")
+    if floor is not None and ours.p50 and floor.p50:
+        for key in ("p50", "p95", "p99"):
+            mine, least = med(getattr(ours, key)), med(getattr(floor, key))
+            out.append(
+                (
+                    f"idle pickup {key} over the floor (bare INSERT+NOTIFY, LISTEN-side claim)",
+                    f"{mine:.2f} vs {least:.2f} ms: +{mine - least:.2f} ms, {mine / least:.2f}x",
+                    "INFO",
                 )
             )
     peers99 = [med(p.p99) for p in peers if p.p99]
@@ -1263,6 +1336,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated steps to run, of {','.join(STEPS)} (default: all)",
     )
     p.add_argument("--cap", type=float, default=20.0, help="max seconds timed per drain")
+    p.add_argument(
+        "--seed", type=int, default=0, help="of the libraries' order per repeat (and pings')"
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     unknown = set(args.only) - set(STEPS)
@@ -1276,7 +1352,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{command}: {versions}; load {os.getloadavg()}", flush=True)
     for r in range(args.repeat):
         order = list(names)
-        random.Random(r).shuffle(order)
+        random.Random(args.seed + r).shuffle(order)
         for name in order:
             one_repeat(CLASSES[name](name, args.server), args, r, results[name])
     table = markdown(results, args)
