@@ -41,7 +41,12 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
    chain's end - first chain's start), from UDP pings sent by the first and last task
    bodies (capped like a drain). Latency: an idle worker; one chain at a time, every
    15-35 ms after the previous one ended; enqueue call start -> last task body;
-5. backlog: the worker stopped, --backlog jobs inserted with INSERT ... SELECT into another
+5. out of the box (--defaults jobs, 50,000): no-op async jobs bulk-enqueued (untimed), one
+   worker process started with the library's defaults, no tuning option at all (pgqueue
+   `pgqueue worker --app ...` for an app whose tasks are all async, which gets concurrency
+   100; pgqueuer `pgqueuer.run(factory)` on uvloop, as `pgq run` does: batch_size 10;
+   procrastinate `procrastinate worker`: concurrency 1); same rate method as step 3;
+6. backlog: the worker stopped, --backlog jobs inserted with INSERT ... SELECT into another
    queue (pgqueuer: another entrypoint), VACUUM ANALYZE, --backlog-runs jobs bulk-enqueued
    into the benchmark queue, a fresh worker drains them: rate and ratio to the drain of
    as many jobs without the backlog (step 3c's one-process drain when --backlog-runs
@@ -54,6 +59,11 @@ which slow every commit's WAL flush for minutes, land in whichever library's ste
 running then (without it, pickup p99s ranged from 4.5 to 41 ms between repeats). The
 pickup series has 1,000 pings, so that its p99 is the tenth-slowest ping, not a single
 outlier.
+
+`--libs pgqueue,pgqueuer,floor` adds the floor to the pickup step (FloorLib: a bare psycopg
+INSERT+NOTIFY and a LISTEN-side claim, the least a pickup costs; it takes no other step).
+`--only defaults,pickup` (say) runs just those steps (process implies bulk and single,
+whose jobs it drains).
 
 Tables go to bench/results/compare.md (+ .json, git-ignored) and a plot to
 bench/results/compare.png.
@@ -148,6 +158,16 @@ async def pgq_chain(i: int = 0, step: int = 0) -> None:
         await pgq_chain.enqueue_async(i, step + 1)
 
 
+# What a user who writes only async tasks has: the worker's default concurrency is 100 for
+# it (pgq_app has a workflow, which is sync, so a worker of it gets 10). Step 5's worker.
+pgq_async_app = pgqueue.App()
+
+
+@pgq_async_app.task(name="cmp.noop", queue=QUEUE)
+async def pgq_async_noop(i: int = 0) -> None:
+    """No-op."""
+
+
 def _noop_step() -> None:
     """No-op."""
 
@@ -233,6 +253,7 @@ class Lib:
     server: str
     dsn: str = ""
     udp_port: int = 0
+    defaults: bool = False  # worker_cmd: the library's defaults, no tuning option (step 5)
 
     @property
     def db(self) -> str:
@@ -281,6 +302,8 @@ class Lib:
                     proc.kill()
                     proc.wait()
 
+    #: the steps this library takes part in (FloorLib: only the pickup)
+    steps: ClassVar[tuple[str, ...]] = ()  # () means all of STEPS
     #: what start_chains/start_chain can start: "chain" (4 tasks), "flow" (4-step workflow)
     kinds: ClassVar[tuple[str, ...]] = ("chain",)
 
@@ -353,6 +376,9 @@ class PgqueueLib(Lib):
         pgq_app.configure(dsn=self.dsn)
 
     def worker_cmd(self) -> list[str]:
+        if self.defaults:
+            app = "bench.compare:pgq_async_app"
+            return [sys.executable, "-m", "pgqueue", "worker", "--app", app, "--dsn", self.dsn]
         return [
             sys.executable,
             *("-m", "pgqueue", "worker", "--app", "bench.compare:pgq_app", "--dsn", self.dsn),
@@ -485,6 +511,11 @@ class ProcrastinateLib(_AsyncLib):
         await self.app.close_async()
 
     def worker_cmd(self) -> list[str]:
+        if self.defaults:
+            return [
+                *(sys.executable, "-m", "procrastinate", "--app", "bench.compare.proc_app"),
+                "worker",
+            ]
         return [
             *(sys.executable, "-m", "procrastinate", "--app", "bench.compare.proc_app"),
             *("--log-level", "warning", "worker", "--queues", QUEUE),
@@ -574,9 +605,10 @@ class PgqueuerLib(_AsyncLib):
         # what `pgq run bench.compare:pgqueuer_main --batch-size 100` does (pgqueuer.run on
         # uvloop); the `pgq run` CLI itself crashes in pgqueuer 1.6.0 with typer 0.29
         # (setup_fancy_logger gets a str, not a LogLevel)
+        batch = "" if self.defaults else f", batch_size={BATCH}"
         code = (
             "import uvloop, pgqueuer; uvloop.run(pgqueuer.run("
-            f"'bench.compare:pgqueuer_main', batch_size={BATCH}))"
+            f"'bench.compare:pgqueuer_main'{batch}))"
         )
         return [sys.executable, "-c", code]
 
@@ -657,10 +689,68 @@ class PgqueuerLib(_AsyncLib):
         conn.execute("VACUUM (ANALYZE) pgqueuer")
 
 
+FLOOR_DDL = """
+CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                   state text NOT NULL DEFAULT 'queued', i integer NOT NULL);
+CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued'
+"""
+# one statement in autocommit: the insert, and a NOTIFY sent when it commits
+FLOOR_ENQUEUE = (
+    "WITH j AS (INSERT INTO jobs (i) VALUES (%s) RETURNING id) SELECT pg_notify('jobs', '')"
+)
+FLOOR_CLAIM = """
+UPDATE jobs SET state = 'running'
+ WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id
+             FOR UPDATE SKIP LOCKED LIMIT 1)
+RETURNING i
+"""
+
+
+def floor_worker() -> None:
+    """The floor's worker (FloorLib): LISTEN, and on each batch of notifications claim
+    one job per notification on the same connection (one round trip each), then ping."""
+    with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as conn:
+        conn.execute("LISTEN jobs")
+        while True:
+            notes = sum(1 for _ in conn.notifies(stop_after=1))
+            for _ in range(notes):
+                row = conn.execute(FLOOR_CLAIM, prepare=True).fetchone()
+                if row is not None:
+                    _ping_back(row[0])
+
+
+class FloorLib(Lib):
+    """The least an idle pickup can cost, for the pickup step only: a bare psycopg
+    enqueue (one INSERT and its NOTIFY, one statement in autocommit) and a worker that
+    claims on its LISTEN connection with one UPDATE (floor_worker): the enqueue's
+    commit, one NOTIFY delivery, one claim round trip, and a ping."""
+
+    steps: ClassVar[tuple[str, ...]] = ("pickup",)
+    conn: Any = None
+
+    def install(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for statement in FLOOR_DDL.split(";"):
+                conn.execute(statement)
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def worker_cmd(self) -> list[str]:
+        return [sys.executable, "-c", "from bench.compare import floor_worker; floor_worker()"]
+
+    def ping(self, i: int) -> None:
+        self.conn.execute(FLOOR_ENQUEUE, (i,), prepare=True)
+
+
 CLASSES: dict[str, type[Lib]] = {
     "pgqueue": PgqueueLib,
     "procrastinate": ProcrastinateLib,
     "pgqueuer": PgqueuerLib,
+    "floor": FloorLib,
 }
 
 
@@ -918,29 +1008,42 @@ class Samples:
     deep2_c100: list[float] = field(default_factory=list)
     backlog: list[float] = field(default_factory=list)
     backlog_ratio: list[float] = field(default_factory=list)
+    defaults: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+STEPS = ("bulk", "single", "process", "two", "deep", "pickup", "chains", "defaults", "backlog")
 
 
 def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
     def log(message: str) -> None:
         print(f"  [{lib.name} r{r + 1}] {message}", flush=True)
 
+    steps = set(args.only) & set(lib.steps or STEPS)
+    if "process" in steps:  # it drains what bulk and single enqueued
+        steps |= {"bulk", "single"}
     lib.fresh()
     try:
-        s.bulk.append(lib.bulk(args.batches, 1000))
-        log(f"bulk {s.bulk[-1]:,.0f} jobs/s")
-        s.single.append(lib.single(args.single))
-        log(f"single {s.single[-1]:,.0f} jobs/s")
-        rate, n = drain_rate(lib, args.cap)
-        s.process.append(rate)
-        log(f"process {rate:,.0f} jobs/s ({n:,} jobs)")
-        if args.two_runs:
+        if "bulk" in steps:
+            s.bulk.append(lib.bulk(args.batches, 1000))
+            log(f"bulk {s.bulk[-1]:,.0f} jobs/s")
+        if "single" in steps:
+            s.single.append(lib.single(args.single))
+            log(f"single {s.single[-1]:,.0f} jobs/s")
+        if "process" in steps:
+            rate, n = drain_rate(lib, args.cap)
+            s.process.append(rate)
+            log(f"process {rate:,.0f} jobs/s ({n:,} jobs)")
+        elif steps & {"bulk", "single"}:  # what they enqueued is not for the next steps
+            with psycopg.connect(lib.dsn, autocommit=True) as conn:
+                conn.execute(lib.purge_sql())
+        if args.two_runs and "two" in steps:
             lib.bulk(args.two_runs // 1000 - 2, 1000)
             rate, n = drain_rate(lib, args.cap, workers=2)
             s.process2.append(rate)
             s.process2_ratio.append(rate / s.process[-1])
             log(f"process, 2 workers {rate:,.0f} jobs/s ({n:,} jobs)")
-        if args.deep:
+        if args.deep and "deep" in steps:
             # a queue that stays deep for the whole drain: steady state, not a burst; for
             # pgqueue once more at the concurrency of earlier sessions (claims of 50)
             drains: list[tuple[str, int, int | None]] = [("deep", 1, None), ("deep2", 2, None)]
@@ -959,17 +1062,18 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
                 getattr(s, kind).append(rate)
                 setting = f", --concurrency {concurrency}" if concurrency else ""
                 log(f"deep queue, {workers} worker(s){setting}: {rate:,.0f} jobs/s ({n:,} jobs)")
-        lat, lost = pickup(lib, args.pickups, 10, r)
-        for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
-            dest.append(percentile(lat, q))
-        log(f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms")
-        if lost:
-            s.notes.append(
-                f"r{r + 1}: {lost} of {args.pickups} pickup pings had not run"
-                f" {STRAGGLERS:.0f} s after the last was sent"
-            )
-            log(s.notes[-1])
-        for kind in lib.kinds if args.chains else ():
+        if "pickup" in steps:
+            lat, lost = pickup(lib, args.pickups, 10, args.seed + r)
+            for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
+                dest.append(percentile(lat, q))
+            log(f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms")
+            if lost:
+                s.notes.append(
+                    f"r{r + 1}: {lost} of {args.pickups} pickup pings had not run"
+                    f" {STRAGGLERS:.0f} s after the last was sent"
+                )
+                log(s.notes[-1])
+        for kind in lib.kinds if args.chains and "chains" in steps else ():
             rate = chain_rate(lib, kind, args.chains, args.cap)
             lat = chain_latency(lib, kind, args.chain_pings, 5, r)
             getattr(s, kind).append(rate)
@@ -979,7 +1083,16 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
                 f"{kind}: {rate:,.1f}/s; end-to-end p50 {percentile(lat, 50):.1f}"
                 f" p95 {percentile(lat, 95):.1f} ms"
             )
-        if args.backlog:
+        if args.defaults and "defaults" in steps:
+            lib.bulk(args.defaults // 1000 - 2, 1000)
+            lib.defaults = True
+            try:
+                rate, n = drain_rate(lib, args.cap)
+            finally:
+                lib.defaults = False
+            s.defaults.append(rate)
+            log(f"out of the box: {rate:,.0f} jobs/s ({n:,} jobs)")
+        if args.backlog and "backlog" in steps:
             t0 = time.perf_counter()
             with psycopg.connect(lib.dsn, autocommit=True) as conn:
                 lib.load_backlog(conn, args.backlog)
@@ -1020,6 +1133,7 @@ ROWS = (
     ("flow", "4-step workflow (pgqueue only), 1 worker", "workflows/s", True),
     ("flow_p50", "4-step workflow end to end, idle worker, p50", "ms", False),
     ("flow_p95", "4-step workflow end to end, idle worker, p95", "ms", False),
+    ("defaults", "no-op processing, 50k jobs, each library's defaults", "jobs/s", True),
     ("backlog", "processing, 500k backlog in another queue", "jobs/s", True),
     ("backlog_ratio", "backlog / no backlog", "x", True),
 )
@@ -1040,8 +1154,12 @@ def markdown(results: dict[str, Samples], args: argparse.Namespace) -> str:
     head = ["measure", "unit", *libs]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for key, label, unit, _ in ROWS:
+        if not any(getattr(results[lib], key) for lib in libs):
+            continue  # a step not run (--only)
         if key.startswith("backlog"):
             label = label.replace("500k", f"{args.backlog // 1000}k")
+        if key == "defaults":
+            label = label.replace("50k", f"{args.defaults // 1000}k")
         cells = []
         for lib in libs:
             vals: list[float] = getattr(results[lib], key)
@@ -1057,7 +1175,7 @@ def markdown(results: dict[str, Samples], args: argparse.Namespace) -> str:
 def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
     """(target, measured, PASS/FAIL) for pgqueue against the better peer."""
     ours = results["pgqueue"]
-    peers = [results[x] for x in results if x != "pgqueue"]
+    peers = [results[x] for x in results if x not in ("pgqueue", "floor")]
     out = []
     for key, label in (
         ("process", "processing throughput, 1 worker process"),
@@ -1066,10 +1184,10 @@ def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
         ("deep2", "processing throughput, 60k jobs queued, 2 worker processes"),
         ("bulk", "bulk enqueue"),
     ):
-        if not getattr(ours, key):
+        theirs = [med(getattr(p, key)) for p in peers if getattr(p, key)]
+        if not getattr(ours, key) or not theirs:
             continue
-        best = max(med(getattr(p, key)) for p in peers)
-        mine = med(getattr(ours, key))
+        best, mine = max(theirs), med(getattr(ours, key))
         out.append(
             (
                 f"{label} >= 2x the better peer",
@@ -1077,15 +1195,47 @@ def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
                 "PASS" if mine >= 2 * best else "FAIL",
             )
         )
-    best99 = min(med(p.p99) for p in peers)
-    mine99 = med(ours.p99)
-    out.append(
-        (
-            "pickup p99 lower than both peers",
-            f"{mine99:.2f} ms vs best peer {best99:.2f} ms",
-            "PASS" if mine99 < best99 else "FAIL",
+    pgqueuer = results.get("pgqueuer")
+    if pgqueuer is not None and ours.defaults and pgqueuer.defaults:
+        mine, theirs_ = med(ours.defaults), med(pgqueuer.defaults)
+        out.append(
+            (
+                "out of the box >= 2.5x pgqueuer's defaults",
+                f"{_f(mine)} vs {_f(theirs_)} jobs/s = {mine / theirs_:.2f}x",
+                "PASS" if mine >= 2.5 * theirs_ else "FAIL",
+            )
         )
-    )
+    if pgqueuer is not None and ours.p50 and pgqueuer.p50:
+        for key in ("p50", "p99"):
+            mine, theirs_ = med(getattr(ours, key)), med(getattr(pgqueuer, key))
+            out.append(
+                (
+                    f"idle pickup {key} <= 0.8x pgqueuer's",
+                    f"{mine:.2f} vs {theirs_:.2f} ms = {mine / theirs_:.2f}x",
+                    "PASS" if mine <= 0.8 * theirs_ else "FAIL",
+                )
+            )
+    floor = results.get("floor")
+    if floor is not None and ours.p50 and floor.p50:
+        for key in ("p50", "p95", "p99"):
+            mine, least = med(getattr(ours, key)), med(getattr(floor, key))
+            out.append(
+                (
+                    f"idle pickup {key} over the floor (bare INSERT+NOTIFY, LISTEN-side claim)",
+                    f"{mine:.2f} vs {least:.2f} ms: +{mine - least:.2f} ms, {mine / least:.2f}x",
+                    "INFO",
+                )
+            )
+    peers99 = [med(p.p99) for p in peers if p.p99]
+    if ours.p99 and peers99:
+        best99, mine99 = min(peers99), med(ours.p99)
+        out.append(
+            (
+                "pickup p99 lower than both peers",
+                f"{mine99:.2f} ms vs best peer {best99:.2f} ms",
+                "PASS" if mine99 < best99 else "FAIL",
+            )
+        )
     if ours.backlog_ratio:
         ratio = med(ours.backlog_ratio)
         out.append(
@@ -1176,9 +1326,24 @@ def main(argv: list[str] | None = None) -> int:
         default=60_000,
         help="jobs drained over it (compared with the drain of --deep jobs when equal)",
     )
+    p.add_argument(
+        "--defaults", type=int, default=50_000, help="jobs for the out-of-the-box drain (0: skip)"
+    )
+    p.add_argument(
+        "--only",
+        type=lambda text: [x for x in text.split(",") if x],
+        default=list(STEPS),
+        help=f"comma-separated steps to run, of {','.join(STEPS)} (default: all)",
+    )
     p.add_argument("--cap", type=float, default=20.0, help="max seconds timed per drain")
+    p.add_argument(
+        "--seed", type=int, default=0, help="of the libraries' order per repeat (and pings')"
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    unknown = set(args.only) - set(STEPS)
+    if unknown:
+        p.error(f"--only: unknown steps {', '.join(sorted(unknown))} (steps: {', '.join(STEPS)})")
     names = [x for x in args.libs.split(",") if x]
     results = {name: Samples() for name in names}
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -1187,7 +1352,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{command}: {versions}; load {os.getloadavg()}", flush=True)
     for r in range(args.repeat):
         order = list(names)
-        random.Random(r).shuffle(order)
+        random.Random(args.seed + r).shuffle(order)
         for name in order:
             one_repeat(CLASSES[name](name, args.server), args, r, results[name])
     table = markdown(results, args)

@@ -102,7 +102,12 @@ def worker_retention(
 @db_options
 @click.option("--app", "app_spec", required=True, help="MODULE:ATTR of your pgqueue.App.")
 @click.option("--queues", help="Comma-separated queues (default: those the app uses).")
-@click.option("--concurrency", default=10, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1),
+    help="Runs in progress at once in this process. Default: 100 when every task the"
+    " worker serves is async, else 10.",
+)
 @click.option("--lease-seconds", default=30.0, show_default=True, type=click.FloatRange(1))
 @click.option(
     "--grace",
@@ -184,7 +189,7 @@ def worker(
     embedded: bool,
     app_spec: str,
     queues: str | None,
-    concurrency: int,
+    concurrency: int | None,
     lease_seconds: float,
     grace: float,
     poll_interval: float,

@@ -5,7 +5,9 @@ polls, and it polls every poll_interval anyway. Any role that can connect can NO
 any channel, so a notification is only ever a hint to look at the database, and a burst
 of them costs one look, not one per notification:
 
-pgqueue_queued  wakes the claim loop (an event: a thousand wake-ups are one claim)
+pgqueue_queued  an idle worker claims the queue's runs on this very connection (see
+                pgqueue.worker.producer, pick_up); a busy one wakes the claim loop (an
+                event: a thousand wake-ups are one claim)
 pgqueue_cancel  the runs named are checked in one statement (sql/leases_held.sql) and
                 only those no longer leased to this worker are stopped
 pgqueue_config  the queues' limits are read again, at most once per CONFIG_EVERY
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from pgqueue import _faults, _sql
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
+from pgqueue.worker.connection import configure_connection
 
 if TYPE_CHECKING:
     from pgqueue.worker.attempt import Held
@@ -50,9 +53,13 @@ RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
 RECONNECT_CAP = 1.0
 
 
+PickUp = Callable[[psycopg.AsyncConnection[Any], str], Awaitable[int]]
+
+
 class Listener:
-    """LISTENs on its own connection to `dsn` for the served `queues`: `wake()` on new
-    work, `lose(run_id, why)` for a run of `held` whose lease is no longer this worker's,
+    """LISTENs on its own connection to `dsn` for the served `queues`: on new work of a
+    queue, `pick_up(conn, queue)` on that connection while `idle()`, else `wake()`;
+    `lose(run_id, why)` for a run of `held` whose lease is no longer this worker's,
     `refresh_limits()` when a queue's limits changed."""
 
     def __init__(
@@ -65,6 +72,9 @@ class Listener:
         lose: Callable[[int, str], None],
         refresh_limits: Callable[[], Coroutine[Any, Any, None]],
         due: Callable[[], None] | None = None,
+        idle: Callable[[], bool] | None = None,
+        pick_up: PickUp | None = None,
+        connect_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.dsn = dsn
         self.pool = pool
@@ -74,6 +84,11 @@ class Listener:
         self.lose = lose
         self.refresh_limits = refresh_limits
         self.due = due
+        self.idle = idle
+        self.pick_up = pick_up
+        self.connect_kwargs = connect_kwargs or {}
+        self._served = set(queues)
+        self.backend_pid: int | None = None  # of the connection LISTENing, once connected
         self.connected = asyncio.Event()
         self._cancels: set[int] = set()
         self._check_all = False
@@ -94,28 +109,22 @@ class Listener:
 
     async def _listen(self) -> None:
         failures = 0
-        served = set(self.queues)
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                kwargs = self.connect_kwargs | {"autocommit": True}
+                conn = await psycopg.AsyncConnection.connect(self.dsn, **kwargs)
                 async with conn:
+                    await configure_connection(conn)  # a claim's rows decode as the pool's
                     await conn.execute(f"LISTEN {QUEUED}")
                     await conn.execute(f"LISTEN {CANCEL}")
                     await conn.execute(f"LISTEN {CONFIG}")
                     await conn.execute(f"LISTEN {DUE}")
+                    self.backend_pid = conn.info.backend_pid
                     self.connected.set()
                     failures = 0
                     self.wake()  # anything enqueued while we were not listening
-                    async for note in conn.notifies():
-                        if note.channel == QUEUED:
-                            if note.payload in served:
-                                self.wake()
-                        elif note.channel == CANCEL:
-                            self.cancel_hint(note.payload)
-                        elif note.channel == CONFIG and note.payload in served:
-                            self._config_hint.set()
-                        elif note.channel == DUE and note.payload in served and self.due:
-                            self.due()
+                    while True:
+                        await self._serve(conn)
             except asyncio.CancelledError:
                 raise
             except DB_ERRORS as exc:
@@ -123,6 +132,35 @@ class Listener:
                 failures += 1
                 delay = outage_delay("listener", exc, failures, cap=RECONNECT_CAP)
                 await asyncio.sleep(delay)
+
+    async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """One batch of notifications (those that came in one read, or while the
+        connection ran a claim): the generator holds the connection until it returns,
+        and a claim on the connection must wait for that."""
+        served = self._served
+        queued: list[str] = []
+        async for note in conn.notifies(stop_after=1):
+            if note.channel == QUEUED:
+                if note.payload in served and note.payload not in queued:
+                    queued.append(note.payload)
+            elif note.channel == CANCEL:
+                self.cancel_hint(note.payload)
+            elif note.channel == CONFIG and note.payload in served:
+                self._config_hint.set()
+            elif note.channel == DUE and note.payload in served and self.due:
+                self.due()
+        for queue in queued:
+            if self.pick_up is None or self.idle is None or not self.idle():
+                self.wake()
+                continue
+            try:
+                await self.pick_up(conn, queue)
+            except DB_ERRORS:
+                self.wake()  # the claim loop claims them while this reconnects
+                raise
+            except Exception:
+                log.exception("claim on notification failed; the claim loop claims instead")
+                self.wake()
 
     def cancel_hint(self, payload: str) -> None:
         """A pgqueue_cancel payload: remember the run id for the next look."""

@@ -1,7 +1,13 @@
 """The producer: the claim loop. It claims runs (one statement per queue and round, SKIP
 LOCKED or pgqueue.claim_limited) into the executor's free slots, keeps each queue's claim
 mark, and stops claiming once the worker stops or reaches a recycling limit (max_runs,
-max_memory_mb)."""
+max_memory_mb).
+
+An idle worker's pickup of a new run: the listener hears the enqueue's NOTIFY and, while
+the claim loop has no claim on its way and slots are free (idle()), claims on its own
+connection (pick_up) instead of waking the loop, which would check a connection out of
+the pool: one task switch and one pool checkout less between the NOTIFY and the run's
+start. Both paths reserve slots the same way and start runs the same way (_start)."""
 
 from __future__ import annotations
 
@@ -18,12 +24,15 @@ from uuid import UUID
 
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import semaphores
+from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
 from pgqueue.worker.attempt import Held
 from pgqueue.worker.connection import Undecodable
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from psycopg import AsyncConnection
 
     from pgqueue.app import App
     from pgqueue.worker._completer import Completer
@@ -117,6 +126,10 @@ class Producer:
         self.limits: QueueLimits | None = None
         self.lease_keeper: LeaseKeeper | None = None
         self._rate_timer: asyncio.TimerHandle | None = None  # see _wake_in
+        self._flying = 0  # the claim loop's claims on their way
+        self._burst = False
+        self._picking = 0  # pick_up claims on their way
+        self._picked: asyncio.Event | None = None  # set while none is
         self.stage: Callable[[], Coroutine[Any, Any, tuple[int, datetime | None]]] | None = None
 
     def open(
@@ -131,6 +144,8 @@ class Producer:
         """On the loop: what the claims use. `stage` is one stager pass (burst mode asks
         for one before it ends)."""
         self._wake = asyncio.Event()
+        self._picked = asyncio.Event()
+        self._picked.set()
         self._stop = stop
         self._start_task = task_starter(asyncio.get_running_loop())
         self.pool = pool
@@ -148,6 +163,7 @@ class Producer:
         """Claim until the worker stops (or, with burst, until nothing is due)."""
         assert self._wake is not None and self._stop is not None
         assert self.completer is not None and self.stage is not None
+        assert self._picked is not None
         failures = 0
         start = 0
         settled = False
@@ -157,9 +173,11 @@ class Producer:
         # queues have more: the server works on one claim while this process starts the
         # runs of the other. In burst mode, one at a time (see the end condition below).
         depth = 1 if burst else CLAIMS_IN_FLIGHT
+        self._burst = burst
         flying: set[asyncio.Task[tuple[int, bool]]] = set()
         try:
             while not self._stop.is_set():
+                self._flying = len(flying)
                 self._wake.clear()
                 free = self.concurrency - len(self.held) - self.reserved
                 if free > 0 and (
@@ -173,7 +191,9 @@ class Producer:
                 if not flying:  # every slot is taken
                     await self._sleep(self.poll_interval, wake=True)
                     continue
+                self._flying = len(flying)
                 done, flying = await asyncio.wait(flying, return_when=asyncio.FIRST_COMPLETED)
+                self._flying = len(flying)
                 claimed, full, error = 0, False, None
                 for claim in done:
                     try:
@@ -225,8 +245,63 @@ class Producer:
                 full = True
                 await self._sleep(self.poll_interval, wake=True)
         finally:
+            self._flying = 0
             if flying:  # their runs are held now: shutdown.drain() sees them
                 await asyncio.wait(flying)
+            # a pick_up on its way, likewise (none starts once the worker stops)
+            await self._picked.wait()
+
+    def idle(self) -> bool:
+        """Whether the listener may claim a notified queue's runs itself (pick_up): the
+        worker is running (not stopping, not in burst mode), the claim loop has no claim
+        on its way (it would take the runs, or decide what to claim next once it lands),
+        and a slot is free."""
+        return (
+            self._stop is not None
+            and not self._stop.is_set()
+            and not self._burst
+            and not self._flying
+            and self._free() > 0
+        )
+
+    async def pick_up(self, conn: AsyncConnection[Any], queue: str) -> int:
+        """Claim runs of `queue` into the free slots on `conn`, the listener's connection
+        (autocommit: the claim commits on its own and the session's LISTEN stays), and
+        start them: the runs claimed. If the claim got all it asked for, the claim loop
+        is woken for the rest. A database error is the caller's (it reconnects)."""
+        assert self._stop is not None and self._picked is not None
+        if self._stop.is_set() or (self.max_memory_mb is not None and self._over_memory()):
+            return 0
+        free = self._free()
+        if free <= 0:
+            return 0
+        asked = min(free, self.claim_batch)
+        self.reserved += asked
+        self._picking += 1
+        self._picked.clear()
+        try:
+            undecodable = Undecodable.made
+            try:
+                rows = await self._fetch(conn, queue, asked)
+            finally:
+                self.reserved -= asked
+            claimed = self._start(rows, undecodable)
+        finally:
+            self._picking -= 1
+            if not self._picking:
+                self._picked.set()
+        self.stats["picked_up"] += claimed
+        if claimed == asked:
+            self.wake()  # the queue may hold more
+        return claimed
+
+    def _free(self) -> int:
+        """Slots neither held nor asked for by a claim on its way (with max_runs: at most
+        what is left of it, the claims on their way counting as what they asked for)."""
+        free = self.concurrency - len(self.held) - self.reserved
+        if self.max_runs is not None:
+            free = min(free, self.max_runs - self.stats["claimed"] - self.reserved)
+        return free
 
     async def _claim_round(self, start: int) -> tuple[int, bool]:
         """Claim into the free slots, queue after queue from `start`: (runs claimed, some
@@ -234,10 +309,7 @@ class Producer:
         claimed, more = 0, False
         n = len(self.queues)
         for i in range(n):
-            free = self.concurrency - len(self.held) - self.reserved
-            if self.max_runs is not None:
-                # exactly max_runs: the claims in flight count as what they asked for
-                free = min(free, self.max_runs - self.stats["claimed"] - self.reserved)
+            free = self._free()  # exactly max_runs: claims in flight count as they asked
             if free <= 0:
                 break
             asked = min(free, self.claim_batch)
@@ -262,8 +334,16 @@ class Producer:
             p.cancel()
 
     async def _claim(self, queue: str, limit: int) -> int:
-        assert self.pool is not None and self.limits is not None
-        assert self.lease_keeper is not None
+        """Claim up to `limit` runs of `queue` on a connection of the pool, and start them."""
+        assert self.pool is not None
+        undecodable = Undecodable.made
+        async with self.pool.connection() as conn:
+            rows = await self._fetch(conn, queue, limit)
+        return self._start(rows, undecodable)
+
+    async def _fetch(self, conn: AsyncConnection[Any], queue: str, limit: int) -> list[Claimed]:
+        """The claim of up to `limit` runs of `queue` on `conn`, its claim mark kept."""
+        assert self.limits is not None
         params = {
             "queue": queue,
             "limit": limit,
@@ -277,13 +357,17 @@ class Producer:
         marked = query != "claim_limited"
         if marked:
             params |= self.marks.start(queue)
-        undecodable = Undecodable.made
-        async with self.pool.connection() as conn:
-            rows = await semaphores.claim(conn, queue, params, query)
-            if len(rows) < limit and queue in self.limits.rated:
-                self._wake_in(await semaphores.rate_open_in(conn, queue))
+        rows = await semaphores.claim(conn, queue, params, query)
+        if len(rows) < limit and queue in self.limits.rated:
+            self._wake_in(await semaphores.rate_open_in(conn, queue))
         if marked:
             self.marks.landed(queue, rows)
+        return rows
+
+    def _start(self, rows: list[Claimed], undecodable: int) -> int:
+        """Hand claimed `rows` to the lease keeper and the executor: the runs claimed.
+        `undecodable` is Undecodable.made before the claim."""
+        assert self.lease_keeper is not None
         if rows:
             self.lease_keeper.add(rows)
         claimed = len(rows)

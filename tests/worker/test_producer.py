@@ -1,11 +1,15 @@
 """The producer alone, with an executor and a completer but no Worker: a claim round
-fills the free slots, queue after queue, and claims nothing once every slot is taken."""
+fills the free slots, queue after queue, and claims nothing once every slot is taken.
+And an idle worker's pickup: the listener claims a notified run on its own connection."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from typing import Any
+
+import psycopg
 
 import pgqueue
 from pgqueue.worker._completer import Completer
@@ -14,6 +18,7 @@ from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
 from pgqueue.worker.maintenance.queue_limits import QueueLimits
 from pgqueue.worker.producer import Producer
+from tests.helpers import InProcessWorker, wait_until
 from tests.worker import parts
 
 
@@ -84,3 +89,78 @@ def test_a_claim_round_fills_the_free_slots_across_queues(app: pgqueue.App, dsn:
     assert sorted(started[:6]) == [0, 1, 10, 11, 12, 13]  # by (priority, id), per queue
     assert sorted(started) == [0, 1, *range(10, 20)]
     assert set(parts.states(dsn).values()) == {"succeeded"}
+
+
+def last_query(dsn: str, pid: int | None) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    assert row is not None, f"no backend {pid}"
+    return str(row[0])
+
+
+def settled(w: Any) -> bool:
+    """The worker is idle: nothing held, no claim on its way, no wake-up pending."""
+    p = w.producer
+    return bool(not w.executor.held and p.idle() and p._wake is not None and not p._wake.is_set())
+
+
+def test_an_idle_worker_claims_a_notified_run_on_the_listener_connection(
+    app: pgqueue.App,
+) -> None:
+    ran: list[int] = []
+
+    @app.task(queue="pings")
+    async def ping(i: int) -> None:
+        ran.append(i)
+
+    # no poll for a minute: only the NOTIFY finds the runs
+    with InProcessWorker(app, queues=["pings"], concurrency=4, poll_interval=60) as w:
+        pid = w.listener.backend_pid
+        assert pid is not None and "LISTEN" in last_query(app.dsn, pid)
+        for i in range(3):
+            wait_until(lambda: settled(w), message="an idle worker")
+            run_id = ping.enqueue(i).id
+            wait_until(lambda: app.get_run(run_id).state == "succeeded", timeout=10)  # noqa: B023
+            # on the listener's connection, which still LISTENs (the next one is heard)
+            assert w.stats["picked_up"] == i + 1
+            assert w.listener.backend_pid == pid
+            assert "pgqueue.runs" in last_query(app.dsn, pid)
+        assert w.stats["claimed"] == 3
+    assert ran == [0, 1, 2]
+
+
+def test_a_pickup_takes_only_the_free_slots(app: pgqueue.App) -> None:
+    gate = threading.Event()
+    running: list[int] = []
+    most: list[int] = [0]
+
+    @app.task(queue="pings")
+    async def hold(i: int) -> None:
+        running.append(i)
+        most[0] = max(most[0], len(running))
+        await asyncio.to_thread(gate.wait, 20)
+        running.remove(i)
+
+    try:
+        with InProcessWorker(app, queues=["pings"], concurrency=2, poll_interval=60) as w:
+            wait_until(lambda: settled(w), message="an idle worker")
+            handles = hold.enqueue_many([(i,) for i in range(5)])  # one NOTIFY
+            wait_until(lambda: len(running) == 2, message="two runs started")
+            assert w.stats["picked_up"] == 2  # all the free slots, no more
+            # every slot is taken: a NOTIFY now wakes the claim loop, which claims nothing
+            late = hold.enqueue(5)
+            wait_until(lambda: w.producer._wake is not None and not w.producer._wake.is_set())
+            assert w.stats["picked_up"] == 2 and w.stats["claimed"] == 2
+            with psycopg.connect(app.dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pgqueue.runs WHERE state = 'running'"
+                ).fetchone()
+            assert row == (2,)
+            gate.set()
+            ids = [h.id for h in [*handles, late]]
+            wait_until(lambda: set(parts.states(app.dsn).values()) == {"succeeded"}, timeout=15)
+            assert sorted(parts.states(app.dsn)) == sorted(ids)
+        assert most[0] == 2
+        assert w.stats["claimed"] == 6
+    finally:
+        gate.set()

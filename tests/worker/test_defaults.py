@@ -1,0 +1,82 @@
+"""A worker's default concurrency: 100 when every task it serves is async, else 10; an
+explicit concurrency always wins, from Python and from the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import pgqueue
+from pgqueue.worker import ASYNC_CONCURRENCY, SYNC_CONCURRENCY, Worker
+from tests.cli.helpers import cli
+
+
+def worker(app: pgqueue.App, **options: Any) -> Worker:
+    return app.worker(install_signal_handlers=False, **options)
+
+
+def test_async_only_tasks_get_the_async_default(app: pgqueue.App) -> None:
+    @app.task(queue="a")
+    async def one() -> None: ...
+
+    @app.task(queue="b")
+    async def two() -> None: ...
+
+    w = worker(app)
+    assert ASYNC_CONCURRENCY == 100
+    assert w.concurrency == 100
+    assert w.producer.concurrency == 100 and w.executor.threads.size == 100
+
+
+def test_one_sync_task_or_workflow_keeps_the_sync_default(app: pgqueue.App) -> None:
+    @app.task(queue="a")
+    async def fast() -> None: ...
+
+    assert worker(app).concurrency == ASYNC_CONCURRENCY
+
+    @app.task(queue="b")
+    def slow() -> None: ...
+
+    assert SYNC_CONCURRENCY == 10
+    assert worker(app).concurrency == 10
+    # served queues decide: a worker of queue a only serves async tasks
+    assert worker(app, queues=["a"]).concurrency == 100
+
+    @app.workflow(queue="a")
+    def flow(ctx: pgqueue.Context) -> None: ...
+
+    assert worker(app, queues=["a"]).concurrency == 10
+
+
+def test_no_task_served_keeps_the_sync_default(app: pgqueue.App) -> None:
+    @app.task(queue="a")
+    async def fast() -> None: ...
+
+    assert worker(app, queues=["elsewhere"]).concurrency == 10
+    assert worker(pgqueue.App(app.dsn)).concurrency == 10
+
+
+def test_an_explicit_concurrency_wins(app: pgqueue.App) -> None:
+    @app.task(queue="a")
+    async def fast() -> None: ...
+
+    assert worker(app, concurrency=3).concurrency == 3
+    with pytest.raises(ValueError, match="concurrency"):
+        worker(app, concurrency=0)
+
+    @app.task(queue="b")
+    def slow() -> None: ...
+
+    assert worker(app, concurrency=50).concurrency == 50
+
+
+@pytest.mark.parametrize(("options", "expected"), [((), [100]), (("--concurrency", "7"), [7])])
+def test_the_cli_worker_registers_the_default(
+    capsys: Any, dsn: str, app: pgqueue.App, options: tuple[str, ...], expected: list[int]
+) -> None:
+    seen = app.enqueue_by_name("registered_concurrency")
+    base = ["worker", "--dsn", dsn, "--app", "tests.apps.asynconly:app", "--burst"]
+    code, _, err = cli(capsys, *base, *options)
+    assert code == 0, err
+    assert app.get_run(seen.id).result == expected
