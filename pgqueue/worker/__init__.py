@@ -29,6 +29,9 @@ from pgqueue.worker import connection, registration, shutdown
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
 from pgqueue.worker._transitions import Transitions
+from pgqueue.worker.defaults import ASYNC_CONCURRENCY as ASYNC_CONCURRENCY
+from pgqueue.worker.defaults import SYNC_CONCURRENCY as SYNC_CONCURRENCY
+from pgqueue.worker.defaults import default_concurrency
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance import queue_depth
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
@@ -50,22 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgqueue.worker")
 
 WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
-# The concurrency of a worker given none: ASYNC_CONCURRENCY when every task it serves is a
-# coroutine function (a run waiting on I/O costs a coroutine, and claims of 50 cost the
-# server less per run than claims of 5), else SYNC_CONCURRENCY (each slot of a sync task
-# is a thread, and more threads than that only contend for the GIL).
-ASYNC_CONCURRENCY = 100
-SYNC_CONCURRENCY = 10
-
-
-def default_concurrency(app: App, queues: list[str]) -> int:
-    """ASYNC_CONCURRENCY if every task of `app` in `queues` is async (and there is one),
-    else SYNC_CONCURRENCY. Workflows are sync (their steps run in a thread)."""
-    served = set(queues)
-    tasks = [t for t in app.tasks.values() if t.queue in served]
-    if tasks and all(t.is_async for t in tasks):
-        return ASYNC_CONCURRENCY
-    return SYNC_CONCURRENCY
 
 
 class Worker:

@@ -1,0 +1,25 @@
+"""What a worker given no concurrency runs at once (docs/operations.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+# The concurrency of a worker given none: ASYNC_CONCURRENCY when every task it serves is a
+# coroutine function (a run waiting on I/O costs a coroutine, and claims of 50 cost the
+# server less per run than claims of 5), else SYNC_CONCURRENCY (each slot of a sync task
+# is a thread, and more threads than that only contend for the GIL).
+ASYNC_CONCURRENCY = 100
+SYNC_CONCURRENCY = 10
+
+
+def default_concurrency(app: App, queues: list[str]) -> int:
+    """ASYNC_CONCURRENCY if every task of `app` in `queues` is async (and there is one),
+    else SYNC_CONCURRENCY. Workflows are sync (their steps run in a thread)."""
+    served = set(queues)
+    tasks = [t for t in app.tasks.values() if t.queue in served]
+    if tasks and all(t.is_async for t in tasks):
+        return ASYNC_CONCURRENCY
+    return SYNC_CONCURRENCY
