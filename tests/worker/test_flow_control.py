@@ -258,12 +258,14 @@ def test_ordered_and_group_rate_claims_read_their_indexes(
     assert "runs_group_order_idx" in text and "group_rates_pkey" in text
 
 
-def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
+def test_a_queue_gaining_or_losing_the_limited_claim_refiles_its_runs(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:
-    """Runs already enqueued move to the limited claim when their queue gets a rate limit
-    (or ordered groups), and back when it has none left; new runs are filed by the
-    queue's settings, from Python and from SQL alike."""
+    """Runs are flagged `limited` while their queue is claimed by claim_limited(): a
+    queue-level rate limit alone does not flag them (claim_rated.sql reads no flag), a
+    group rate limit, a concurrency or ordered groups do. Runs already enqueued are
+    re-flagged when that changes; new runs are filed by the queue's settings, from Python
+    and from SQL alike."""
 
     @app.task(queue="later")
     def later(n: int) -> None: ...
@@ -277,12 +279,23 @@ def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
     assert flags() == [False] * 3
     app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit="5/m")
     later.enqueue(3)
+    later.enqueue_many([(4,), (5,)])
     conn.execute("SELECT pgqueue.enqueue('t', queue => 'later')")
-    assert flags() == [True] * 5
+    later.options(unique_key="k").enqueue(6)  # pgqueue.enqueue_unique()
+    assert flags() == [False] * 8
+    app.set_limits("later", concurrency=None, group_concurrency=None, group_rate_limit="5/s")
+    assert flags() == [True] * 8
+    later.enqueue(7)
+    conn.execute("SELECT pgqueue.enqueue('t', queue => 'later')")
+    assert flags() == [True] * 10
+    app.set_limits("later", concurrency=None, group_concurrency=None, group_rate_limit=None)
+    assert flags() == [False] * 10
+    app.set_limits("later", concurrency=2, group_concurrency=None)
+    assert flags() == [True] * 10
     app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit=None)
-    assert flags() == [False] * 5
+    assert flags() == [False] * 10
     app.set_limits("later", concurrency=None, group_concurrency=1, ordered=True)
-    assert flags() == [True] * 5
+    assert flags() == [True] * 10
 
 
 def test_a_burst_worker_waits_for_the_rate_limit_instead_of_exiting(
