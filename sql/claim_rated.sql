@@ -5,9 +5,14 @@
 -- take turns: `q` waits for it, then reads the row's newest version (READ COMMITTED
 -- rechecks a locked row), so the rate log it counts includes every claim before it.
 -- `room` is evaluated after the lock: its clock stamps this claim's starts, in lock
--- order. `logged` adds the starts to the log (pgqueue.rate_log_add) and writes
--- rate_open_at when the limit is what cut the claim short (the worker sleeps until
--- then). A run left out stays `queued`: no attempt used. The scans are claim.sql's
+-- order, and `used` is what pgqueue.rate_used() would say of the log at that stamp,
+-- written out here (a call of that SQL function, not inlined, cost more than the sum).
+-- `logged` adds the starts to the log (pgqueue.rate_log_add, which drops the entries
+-- older than the period and keeps the rest in time order) and writes rate_open_at, when
+-- the claim's starts filled the limit: the oldest entry left plus the period (the worker
+-- sleeps until then). A run left out stays `queued`: no attempt used. The runs of such a
+-- queue are not flagged `limited` (sql/parts/queue_flags_runs.sql): this claim reads
+-- runs_claim_idx only. The scans are claim.sql's
 -- (after_priority, after_id: ClaimMarks), each with LIMIT the room left. Like claim.sql
 -- it commits asynchronously (its claimers wait on each other's commits: a WAL flush per
 -- claim would bound the queue's claims per second); a server crash can lose only a
@@ -22,13 +27,11 @@ WITH q AS (
        FOR UPDATE
 ),
 room AS (
-    SELECT greatest(0, least(%(limit)s,
-                             q.rate_limit - pgqueue.rate_used(
-                                 q.rate_slots, q.rate_counts,
-                                 clock_timestamp() - q.rate_period * interval '1 second')))
-               AS n,
-           clock_timestamp() AS stamp
-      FROM q
+    SELECT greatest(0, least(%(limit)s, c.rate_limit - u.used)) AS n, u.used, c.stamp
+      FROM (SELECT q.*, clock_timestamp() AS stamp FROM q) c
+     CROSS JOIN LATERAL (SELECT coalesce(sum(l.n), 0)::integer AS used
+                           FROM unnest(c.rate_slots, c.rate_counts) AS l(slot, n)
+                          WHERE l.slot >= c.stamp - c.rate_period * interval '1 second') u
 ),
 ahead AS (
     SELECT ctid FROM pgqueue.runs
@@ -77,8 +80,9 @@ logged AS (
     UPDATE pgqueue.queues u
        SET (rate_slots, rate_counts, rate_open_at) = (
            SELECT l.slots, l.counts,
-                  pgqueue.rate_opens(l.slots, l.counts, u.rate_limit, u.rate_period,
-                                     (SELECT stamp FROM room))
+                  CASE WHEN (SELECT used FROM room) + (SELECT count(*) FROM claimed)
+                            >= u.rate_limit
+                       THEN l.slots[1] + u.rate_period * interval '1 second' END
              FROM pgqueue.rate_log_add(u.rate_slots, u.rate_counts,
                                        (SELECT count(*) FROM claimed)::integer,
                                        (SELECT stamp FROM room), u.rate_period) l)
