@@ -348,7 +348,8 @@ def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
 ) -> None:
     """5/s from one connection: 5 runs, then none until a second has passed, and the
     queue's rate_open_at says when (about one second after the first start); a paused
-    queue or one with another limit yields nothing through this claim."""
+    queue or one with another limit yields nothing through this claim, and claim.sql
+    nothing from a rate-limited queue."""
     conn.execute("""
         INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 5, 1);
         INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'r', 'queued'
@@ -361,6 +362,8 @@ def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
         "lease_seconds": 30,
         **FROM_FRONT,
     }
+    # its runs are not flagged, and still the lock-free claim leaves the queue alone
+    assert conn.execute(_sql.query("claim"), params).fetchall() == []
     first = conn.execute(_sql.query("claim_rated"), params).fetchall()
     assert len(first) == 5 and [r[5] for r in first] == [1] * 5  # attempt 1
     assert conn.execute(_sql.query("claim_rated"), params).fetchall() == []
