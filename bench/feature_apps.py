@@ -19,7 +19,7 @@ FREE_QUEUE = "feat_free"  # no limits: the lock-free claim.sql
 LIMITED_QUEUE = "feat_limited"  # concurrency 50: claim_limited
 HIGH_LIMIT_QUEUE = "feat_limited_hi"  # concurrency 1000: never binds for 50-100 slots
 GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: claim_limited
-RATED_QUEUE = "feat_rated"  # a rate limit never reached: claim_limited (bench/rates.py)
+RATED_QUEUE = "feat_rated"  # a rate limit never reached: claim_rated.sql (bench/rates.py)
 TASK_QUEUE = "feat_task"
 WORKFLOW_QUEUE = "feat_wf"
 

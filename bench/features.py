@@ -95,7 +95,7 @@ def load(conn: Conn, n: int, *, task: str, queue: str, groups: int = 0) -> None:
             queue=sql.Literal(queue),
             group=group,
             n=sql.Literal(n),
-            limits=sql.SQL(_sql.part("queue_has_limits")),
+            limits=sql.SQL(_sql.part("queue_flags_runs")),
         )
     )
     vacuum_analyze(conn)

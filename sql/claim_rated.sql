@@ -5,14 +5,26 @@
 -- take turns: `q` waits for it, then reads the row's newest version (READ COMMITTED
 -- rechecks a locked row), so the rate log it counts includes every claim before it.
 -- `room` is evaluated after the lock: its clock stamps this claim's starts, in lock
--- order. `logged` adds the starts to the log (pgqueue.rate_log_add) and writes
--- rate_open_at when the limit is what cut the claim short (the worker sleeps until
--- then). A run left out stays `queued`: no attempt used. The scans are claim.sql's
--- (after_priority, after_id: ClaimMarks), each with LIMIT the room left. Like claim.sql
--- it commits asynchronously (its claimers wait on each other's commits: a WAL flush per
--- claim would bound the queue's claims per second); a server crash can lose only a
--- claim whose attempts wrote nothing yet, and with it its starts from the log: those
--- runs run again, and the limit can be passed once, by them (docs/flow_control.md).
+-- order (EXPLAIN VERBOSE: clock_timestamp() is computed in the scan of q). The log is
+-- read and written here, with no function call: each call of a function that the
+-- planner does not inline cost more than the arithmetic (bench/RESULTS.md, "Rate
+-- limits"). It is the one pgqueue.rate_log_add() keeps (tests/worker/
+-- test_flow_control.py checks that they agree): entries in time order, each slot
+-- rounded up to a fiftieth of the period. `room` counts the entries at or after
+-- stamp - period (`kept`: the last ones, the log being in time order) and their starts
+-- (`used`, as pgqueue.rate_used()); `log` keeps those entries and adds this claim's
+-- starts to the newest one if its slot is this stamp's or later, else as a new slot.
+-- rate_open_at is set when the claim's starts filled the limit: the oldest entry kept
+-- plus the period (pgqueue.rate_opens(); the worker sleeps until then). A run left out
+-- stays `queued`: no attempt used. The runs of such a queue are not flagged `limited`
+-- (sql/parts/queue_flags_runs.sql): this claim reads runs_claim_idx only. The scans are
+-- claim.sql's (after_priority, after_id: ClaimMarks), each with LIMIT the room left.
+-- Like claim.sql it commits asynchronously (its claimers wait on each other's commits:
+-- a WAL flush per claim would bound the queue's claims per second); a server crash can
+-- lose only a claim whose attempts wrote nothing yet, and with it its starts from the
+-- log: those runs run again, and the limit can be passed once, by them
+-- (docs/flow_control.md). Without its comments the text must stay under psycopg's
+-- cached length (pgqueue/_sql.py).
 WITH q AS (
     SELECT q.rate_limit, q.rate_period, q.rate_slots, q.rate_counts
       FROM pgqueue.queues q
@@ -22,13 +34,12 @@ WITH q AS (
        FOR UPDATE
 ),
 room AS (
-    SELECT greatest(0, least(%(limit)s,
-                             q.rate_limit - pgqueue.rate_used(
-                                 q.rate_slots, q.rate_counts,
-                                 clock_timestamp() - q.rate_period * interval '1 second')))
-               AS n,
-           clock_timestamp() AS stamp
-      FROM q
+    SELECT greatest(0, least(%(limit)s, c.rate_limit - u.used)) AS n, u.*, c.*
+      FROM (SELECT q.*, clock_timestamp() AS stamp FROM q) c
+     CROSS JOIN LATERAL (SELECT coalesce(sum(l.n), 0)::integer AS used,
+                                count(*)::integer AS kept
+                           FROM unnest(c.rate_slots, c.rate_counts) AS l(slot, n)
+                          WHERE l.slot >= c.stamp - c.rate_period * interval '1 second') u
 ),
 ahead AS (
     SELECT ctid FROM pgqueue.runs
@@ -71,19 +82,34 @@ claimed AS (
            started_at = (SELECT stamp FROM room)
      WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked))
        AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-    RETURNING r.*
+    -- what the result needs, not r.*: the CTE keeps its rows until the statement ends
+    RETURNING r.id, r.task, r.queue, r.args, r.kwargs, r.attempt, r.max_attempts,
+              r.timeout_seconds, r.lease_token, r.priority, r.group_key, r.parent_id,
+              r.run_at, r.headers
+),
+log AS (
+    SELECT t.*, r.used, r.kept, r.rate_limit AS lim, r.rate_period AS period,
+           t.added > 0 AND (r.kept = 0 OR t.slots[r.kept] < t.slot) AS grows
+      FROM room r
+     CROSS JOIN LATERAL (
+        SELECT (SELECT count(*) FROM claimed)::integer AS added,
+               to_timestamp(ceil(extract(epoch FROM r.stamp) / (r.rate_period / 50))
+                            * (r.rate_period / 50)) AS slot,
+               r.rate_slots[cardinality(r.rate_slots) - r.kept + 1:] AS slots,
+               r.rate_counts[cardinality(r.rate_counts) - r.kept + 1:] AS counts) t
 ),
 logged AS (
     UPDATE pgqueue.queues u
        SET (rate_slots, rate_counts, rate_open_at) = (
-           SELECT l.slots, l.counts,
-                  pgqueue.rate_opens(l.slots, l.counts, u.rate_limit, u.rate_period,
-                                     (SELECT stamp FROM room))
-             FROM pgqueue.rate_log_add(u.rate_slots, u.rate_counts,
-                                       (SELECT count(*) FROM claimed)::integer,
-                                       (SELECT stamp FROM room), u.rate_period) l)
+           SELECT CASE WHEN grows THEN slots || slot ELSE slots END,
+                  CASE WHEN grows THEN counts || added
+                       WHEN added > 0 THEN counts[:kept - 1] || (counts[kept] + added)
+                       ELSE counts END,
+                  CASE WHEN used + added >= lim
+                       THEN coalesce(slots[1], slot) + period * interval '1 second' END
+             FROM log)
      WHERE u.name = %(queue)s AND EXISTS (SELECT 1 FROM room)
-       AND ((SELECT count(*) FROM claimed) > 0
+       AND ((SELECT added FROM log) > 0
             OR (SELECT n FROM room) < %(limit)s
             OR u.rate_open_at IS NOT NULL)
 )

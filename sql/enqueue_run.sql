@@ -12,10 +12,10 @@ WITH inserted AS (
            %(priority)s::smallint, %(args)s::jsonb, %(kwargs)s::jsonb, %(max_attempts)s::integer,
            %(timeout_seconds)s::double precision, coalesce(%(group_key)s::text, ''),
            %(idempotency_key)s::text, due, %(parent_id)s::bigint,
-           -- flagged if its queue has limits
+           -- flagged if its queue is claimed by claim_limited()
            EXISTS (SELECT 1 FROM pgqueue.queues q
                     WHERE q.name = %(queue)s::text
-                      AND ({{queue_has_limits}})),
+                      AND ({{queue_flags_runs}})),
            %(headers)s::jsonb, %(batch_id)s::bigint
     FROM (SELECT coalesce(%(run_at)s::timestamptz,
                           now() + coalesce(%(delay)s::double precision, 0) * interval '1 second')

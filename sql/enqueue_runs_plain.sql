@@ -16,10 +16,10 @@ WITH inserted AS (
          (SELECT coalesce(%(run_at)s::timestamptz,
                           now() + coalesce(%(delay)s::double precision, 0)
                                   * interval '1 second') AS due,
-                 -- flagged if the queue has limits
+                 -- flagged if the queue is claimed by claim_limited()
                  EXISTS (SELECT 1 FROM pgqueue.queues q
                           WHERE q.name = %(queue)s::text
-                            AND ({{queue_has_limits}})) AS limited) b
+                            AND ({{queue_flags_runs}})) AS limited) b
     ORDER BY i.n
     RETURNING id, state
 )

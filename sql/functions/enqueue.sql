@@ -1,6 +1,7 @@
 -- Enqueue from SQL (psql, triggers). Same row shape, input limits and wake-up as the
 -- Python API: the run is `scheduled` if run_at is in the future, else `queued`, and is
--- flagged `limited` when its queue has limits.
+-- flagged `limited` when its queue is claimed by claim_limited()
+-- (sql/parts/queue_flags_runs.sql).
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     task            text,
     args            jsonb DEFAULT '[]',
@@ -55,8 +56,7 @@ BEGIN
             EXISTS (SELECT 1 FROM pgqueue.queues q
                      WHERE q.name = enqueue.queue
                        AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL
-                            OR q.rate_limit IS NOT NULL OR q.group_rate_limit IS NOT NULL
-                            OR q.ordered)))
+                            OR q.group_rate_limit IS NOT NULL OR q.ordered)))
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING r.id INTO new_id;
     IF new_id IS NULL THEN

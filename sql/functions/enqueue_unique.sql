@@ -59,12 +59,12 @@ BEGIN
                     (e ->> 'timeout_seconds')::double precision,
                     coalesce(e ->> 'group_key', ''), e ->> 'idempotency_key', due,
                     (e ->> 'parent_id')::bigint,
-                    -- flagged if its queue has limits (sql/parts/queue_has_limits.sql)
+                    -- flagged if its queue is claimed by claim_limited()
+                    -- (sql/parts/queue_flags_runs.sql)
                     EXISTS (SELECT 1 FROM pgqueue.queues q
                              WHERE q.name = e ->> 'queue'
                                AND (q.concurrency IS NOT NULL
                                     OR q.group_concurrency IS NOT NULL
-                                    OR q.rate_limit IS NOT NULL
                                     OR q.group_rate_limit IS NOT NULL OR q.ordered)),
                     enqueue_unique.headers, key, CASE WHEN key IS NOT NULL THEN scope END,
                     enqueue_unique.batch)

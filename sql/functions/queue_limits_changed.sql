@@ -1,4 +1,6 @@
--- A queue gains or loses its limits: re-flag its unfinished runs. The lock waits out the
+-- A queue comes to be claimed by claim_limited(), or no longer is (a concurrency, a group
+-- concurrency, a group rate limit or ordered groups come or go; a queue-level rate limit
+-- alone does not count: sql/parts/queue_flags_runs.sql): re-flag its unfinished runs. The lock waits out the
 -- writers of runs in flight (an enqueue among them read the queue's old limits) and holds
 -- new ones back until this transaction commits; a statement held back takes its snapshot
 -- after the lock, so it reads the new limits. SHARE ROW EXCLUSIVE, not SHARE: two changes
@@ -9,15 +11,13 @@ CREATE OR REPLACE FUNCTION pgqueue.queue_limits_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     now_limited boolean := NEW.concurrency IS NOT NULL OR NEW.group_concurrency IS NOT NULL
-                           OR NEW.rate_limit IS NOT NULL OR NEW.group_rate_limit IS NOT NULL
-                           OR NEW.ordered;
+                           OR NEW.group_rate_limit IS NOT NULL OR NEW.ordered;
     was_limited boolean := false;
     old_timeout text := current_setting('lock_timeout');
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         was_limited := OLD.concurrency IS NOT NULL OR OLD.group_concurrency IS NOT NULL
-                       OR OLD.rate_limit IS NOT NULL OR OLD.group_rate_limit IS NOT NULL
-                       OR OLD.ordered;
+                       OR OLD.group_rate_limit IS NOT NULL OR OLD.ordered;
     END IF;
     IF was_limited = now_limited THEN
         RETURN NULL;

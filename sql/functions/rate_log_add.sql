@@ -4,7 +4,8 @@
 -- slot or a later one). Rounding up only ever counts a start as later than it was, so
 -- the limit holds in every interval; it keeps the log at about fifty entries, in time
 -- order, at a cost of at most a fiftieth of the period before a start's place is free
--- again (the rate reaches 98% of the limit).
+-- again (the rate reaches 98% of the limit). claim_rated.sql keeps a queue's log by the same
+-- rule in its own text (tests/worker/test_flow_control.py checks that they agree).
 CREATE OR REPLACE FUNCTION pgqueue.rate_log_add(
     INOUT slots timestamptz[], INOUT counts integer[], n integer, at timestamptz,
     period double precision

@@ -20,10 +20,10 @@ WITH input AS (
            n
     FROM jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS i (e, n)
 ),
--- Queues with limits: their runs are flagged `limited` (runs_group_claim_idx holds only
--- those; the trigger pgqueue.queue_limits_changed() re-flags a queue's runs when its
--- limits change).
+-- Queues claimed by claim_limited(): their runs are flagged `limited`
+-- (runs_group_claim_idx holds only those; the trigger pgqueue.queue_limits_changed()
+-- re-flags a queue's runs when its limits change).
 limits AS (
     SELECT q.name FROM pgqueue.queues q
-    WHERE {{queue_has_limits}}
+    WHERE {{queue_flags_runs}}
 ),

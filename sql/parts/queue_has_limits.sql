@@ -1,7 +1,7 @@
 -- Whether queue `q` (a row of pgqueue.queues) has limits (concurrency, group_concurrency,
--- rate limits, ordered): its runs are then flagged
--- `limited` at insert (runs_group_claim_idx holds only those, and claim_limited() claims
--- them); a worker claims its queue through claim_limited(). The trigger function
--- pgqueue.queue_limits_changed() and pgqueue.enqueue() apply the same rule in the database.
+-- rate limits, ordered): the plain claim (claim.sql) leaves it alone, and a worker claims
+-- it through claim_rated.sql (a queue-level rate limit and nothing else) or
+-- claim_limited() (sql/queue_limits.sql). Which of its runs are flagged `limited` is
+-- queue_flags_runs' rule.
 q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
 OR q.group_rate_limit IS NOT NULL OR q.ordered

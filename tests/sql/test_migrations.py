@@ -69,6 +69,42 @@ def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
         assert flagged == [("lim", "queued"), ("lim", "scheduled")]
 
 
+def test_upgrade_to_0017_unflags_the_runs_of_queues_with_only_a_rate_limit(
+    server_params: dict[str, Any],
+) -> None:
+    with database_at(server_params, "0016") as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO pgqueue.queues (name, rate_limit, rate_period, concurrency)"
+                " VALUES ('rated', 5, 1, NULL), ('both', 5, 1, 2)"
+            )
+            conn.execute(
+                "INSERT INTO pgqueue.runs (task, queue, state, limited, finished_at)"
+                " SELECT 't', q, s, true, CASE WHEN s = 'succeeded' THEN now() END"
+                " FROM unnest(ARRAY['rated', 'both']) q,"
+                "      unnest(ARRAY['queued', 'scheduled', 'succeeded']) s"
+            )
+        migrate.upgrade(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            flagged = conn.execute(
+                "SELECT queue, state FROM pgqueue.runs WHERE limited ORDER BY 1, 2"
+            ).fetchall()
+            conn.execute("SELECT pgqueue.enqueue('t', queue => 'rated')")
+            conn.execute("SELECT pgqueue.enqueue('t', queue => 'both')")
+            new = conn.execute(
+                "SELECT queue, limited FROM pgqueue.runs WHERE state = 'queued'"
+                " ORDER BY id DESC LIMIT 2"
+            ).fetchall()
+        # a finished run keeps what it had: no index holds it either way
+        assert flagged == [
+            ("both", "queued"),
+            ("both", "scheduled"),
+            ("both", "succeeded"),
+            ("rated", "succeeded"),
+        ]
+        assert new == [("both", True), ("rated", False)]
+
+
 def test_upgrade_to_0016_keeps_the_counts_of_open_and_completed_batches(
     server_params: dict[str, Any],
 ) -> None:

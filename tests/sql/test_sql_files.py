@@ -62,6 +62,6 @@ def test_a_part_is_replaced_where_it_stands_without_its_comments() -> None:
     assert rule == "CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END"
     assert _sql.compose("SELECT {{run_state_from_due}} AS state\n") == (f"SELECT {rule} AS state\n")
     # a part may include another; the batch statements share theirs
-    assert _sql.part("queue_has_limits") in _sql.part("enqueue_batch_input")
+    assert _sql.part("queue_flags_runs") in _sql.part("enqueue_batch_input")
     for name in ("enqueue_run", "enqueue_runs", "enqueue_runs_keyed", "enqueue_runs_plain"):
         assert rule in _sql.query(name)

@@ -258,12 +258,14 @@ def test_ordered_and_group_rate_claims_read_their_indexes(
     assert "runs_group_order_idx" in text and "group_rates_pkey" in text
 
 
-def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
+def test_a_queue_gaining_or_losing_the_limited_claim_refiles_its_runs(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:
-    """Runs already enqueued move to the limited claim when their queue gets a rate limit
-    (or ordered groups), and back when it has none left; new runs are filed by the
-    queue's settings, from Python and from SQL alike."""
+    """Runs are flagged `limited` while their queue is claimed by claim_limited(): a
+    queue-level rate limit alone does not flag them (claim_rated.sql reads no flag), a
+    group rate limit, a concurrency or ordered groups do. Runs already enqueued are
+    re-flagged when that changes; new runs are filed by the queue's settings, from Python
+    and from SQL alike."""
 
     @app.task(queue="later")
     def later(n: int) -> None: ...
@@ -277,12 +279,23 @@ def test_a_queue_gaining_or_losing_a_rate_limit_refiles_its_runs(
     assert flags() == [False] * 3
     app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit="5/m")
     later.enqueue(3)
+    later.enqueue_many([(4,), (5,)])
     conn.execute("SELECT pgqueue.enqueue('t', queue => 'later')")
-    assert flags() == [True] * 5
+    later.options(unique_key="k").enqueue(6)  # pgqueue.enqueue_unique()
+    assert flags() == [False] * 8
+    app.set_limits("later", concurrency=None, group_concurrency=None, group_rate_limit="5/s")
+    assert flags() == [True] * 8
+    later.enqueue(7)
+    conn.execute("SELECT pgqueue.enqueue('t', queue => 'later')")
+    assert flags() == [True] * 10
+    app.set_limits("later", concurrency=None, group_concurrency=None, group_rate_limit=None)
+    assert flags() == [False] * 10
+    app.set_limits("later", concurrency=2, group_concurrency=None)
+    assert flags() == [True] * 10
     app.set_limits("later", concurrency=None, group_concurrency=None, rate_limit=None)
-    assert flags() == [False] * 5
+    assert flags() == [False] * 10
     app.set_limits("later", concurrency=None, group_concurrency=1, ordered=True)
-    assert flags() == [True] * 5
+    assert flags() == [True] * 10
 
 
 def test_a_burst_worker_waits_for_the_rate_limit_instead_of_exiting(
@@ -308,7 +321,7 @@ def test_rate_only_claim_reads_the_claim_index(conn: psycopg.Connection[Any]) ->
         SELECT 't', 'r', 'succeeded', now() FROM generate_series(1, 100000);
         INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'other', 'queued'
         FROM generate_series(1, 100000);
-        INSERT INTO pgqueue.runs (task, queue, state, limited) SELECT 't', 'r', 'queued', true
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'r', 'queued'
         FROM generate_series(1, 50);
         ANALYZE pgqueue.runs;
     """)
@@ -335,10 +348,11 @@ def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
 ) -> None:
     """5/s from one connection: 5 runs, then none until a second has passed, and the
     queue's rate_open_at says when (about one second after the first start); a paused
-    queue or one with another limit yields nothing through this claim."""
+    queue or one with another limit yields nothing through this claim, and claim.sql
+    nothing from a rate-limited queue."""
     conn.execute("""
         INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 5, 1);
-        INSERT INTO pgqueue.runs (task, queue, state, limited) SELECT 't', 'r', 'queued', true
+        INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'r', 'queued'
         FROM generate_series(1, 20);
     """)
     params = {
@@ -348,6 +362,8 @@ def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
         "lease_seconds": 30,
         **FROM_FRONT,
     }
+    # its runs are not flagged, and still the lock-free claim leaves the queue alone
+    assert conn.execute(_sql.query("claim"), params).fetchall() == []
     first = conn.execute(_sql.query("claim_rated"), params).fetchall()
     assert len(first) == 5 and [r[5] for r in first] == [1] * 5  # attempt 1
     assert conn.execute(_sql.query("claim_rated"), params).fetchall() == []
@@ -362,6 +378,74 @@ def test_rate_only_claim_takes_what_the_limit_leaves_and_says_when_to_return(
         lambda: conn.execute(_sql.query("claim_rated"), params).fetchall(), message="a slot"
     )
     assert len(second) == 5 and time.monotonic() - t0 >= wait - 0.1
+
+
+@pytest.mark.parametrize(
+    ("log", "period", "limit", "asked", "claims"),
+    [
+        ([], 1, 3, 5, 3),  # an empty log: the first slot, and the limit filled
+        ([(-5.0, 3), (-0.5, 2), (-0.1, 1)], 1, 10, 4, 4),  # an entry expired, room left
+        ([(-5.0, 3), (-0.5, 2), (-0.1, 1)], 1, 7, 8, 4),  # the claim fills the limit
+        ([(-0.5, 2), (0.5, 1)], 1, 10, 3, 3),  # the newest slot is ahead: added to it
+        ([(-2.0, 1), (-0.5, 5)], 1, 5, 3, 0),  # no room: the log trimmed, nothing added
+        ([(-100.0, 1)], 3600, 10, 2, 2),  # slots of 72 s: the second claim adds to the first's
+    ],
+)
+def test_rate_only_claim_writes_the_log_as_rate_log_add_and_rate_opens_would(
+    conn: psycopg.Connection[Any],
+    log: list[tuple[float, int]],
+    period: int,
+    limit: int,
+    asked: int,
+    claims: int,
+) -> None:
+    """claim_rated.sql updates the queue's rate log in its own text (no function call
+    per claim): after each of two claims, the log it wrote is pgqueue.rate_log_add()'s
+    for its starts at its stamp, and rate_open_at is pgqueue.rate_opens()'s over that
+    log. Offsets in seconds from now, slots away from the edges of the period."""
+    conn.execute(
+        "INSERT INTO pgqueue.queues (name, rate_limit, rate_period, rate_slots, rate_counts)"
+        " SELECT 'r', %s, %s,"
+        "  coalesce(array_agg(clock_timestamp() + o * interval '1 second' ORDER BY o), '{}'),"
+        "  coalesce(array_agg(n ORDER BY o), '{}')"
+        " FROM unnest(%s::float8[], %s::int[]) AS l(o, n)",
+        (limit, period, [o for o, _ in log], [n for _, n in log]),
+    )
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state) SELECT 't', 'r', 'queued'"
+        " FROM generate_series(1, 20)"
+    )
+    params = {
+        "queue": "r",
+        "limit": asked,
+        "worker_id": "00000000-0000-0000-0000-000000000001",
+        "lease_seconds": 30,
+        **FROM_FRONT,
+    }
+    used = sum(n for o, n in log if o > -period)
+    for _ in range(2):
+        before = conn.execute("SELECT rate_slots, rate_counts FROM pgqueue.queues").fetchone()
+        assert before is not None
+        t0 = scalar_conn(conn, "SELECT clock_timestamp()")
+        got = conn.execute(_sql.query("claim_rated"), params).fetchall()
+        assert len(got) == claims
+        ids = [r[0] for r in got]
+        stamp = scalar_conn(
+            conn, "SELECT max(started_at) FROM pgqueue.runs WHERE id = ANY(%s)", (ids,)
+        )
+        stamp = stamp or t0
+        expected = conn.execute(
+            "SELECT l.slots, l.counts, pgqueue.rate_opens(l.slots, l.counts, %s, %s, %s)"
+            " FROM pgqueue.rate_log_add(%s, %s, %s, %s, %s) l",
+            (limit, period, stamp, before[0], before[1], claims, stamp, period),
+        ).fetchone()
+        written = conn.execute(
+            "SELECT rate_slots, rate_counts, rate_open_at FROM pgqueue.queues"
+        ).fetchone()
+        assert written == expected
+        used += claims
+        assert (written[2] is not None) == (used >= limit)
+        claims = max(0, min(asked, limit - used))
 
 
 def scalar_conn(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
@@ -389,10 +473,10 @@ def test_rate_limited_claims_keep_priority_order(conn: psycopg.Connection[Any]) 
         INSERT INTO pgqueue.queues (name, rate_limit, rate_period) VALUES ('r', 3, 60);
         INSERT INTO pgqueue.queues (name, group_rate_limit, group_rate_period)
         VALUES ('g', 2, 60);
-        INSERT INTO pgqueue.runs (task, queue, state, limited, priority)
-        SELECT 'low', 'r', 'queued', true, 5 FROM generate_series(1, 3);
-        INSERT INTO pgqueue.runs (task, queue, state, limited, priority)
-        SELECT 'high', 'r', 'queued', true, -5 FROM generate_series(1, 2);
+        INSERT INTO pgqueue.runs (task, queue, state, priority)
+        SELECT 'low', 'r', 'queued', 5 FROM generate_series(1, 3);
+        INSERT INTO pgqueue.runs (task, queue, state, priority)
+        SELECT 'high', 'r', 'queued', -5 FROM generate_series(1, 2);
         INSERT INTO pgqueue.runs (task, queue, state, limited, priority, group_key)
         SELECT 'low', 'g', 'queued', true, 5, 'a' FROM generate_series(1, 3);
         INSERT INTO pgqueue.runs (task, queue, state, limited, priority, group_key)
