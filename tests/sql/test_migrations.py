@@ -69,10 +69,10 @@ def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
         assert flagged == [("lim", "queued"), ("lim", "scheduled")]
 
 
-def test_upgrade_to_0017_unflags_the_runs_of_queues_with_only_a_rate_limit(
+def test_upgrade_to_0018_unflags_the_runs_of_queues_with_only_a_rate_limit(
     server_params: dict[str, Any],
 ) -> None:
-    with database_at(server_params, "0016") as dsn:
+    with database_at(server_params, "0017") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO pgqueue.queues (name, rate_limit, rate_period, concurrency)"

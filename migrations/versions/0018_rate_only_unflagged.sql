@@ -1,4 +1,4 @@
--- pgqueue 0017: the runs of a queue whose only limit is a queue-level rate limit are no
+-- pgqueue 0018: the runs of a queue whose only limit is a queue-level rate limit are no
 -- longer flagged `limited` (sql/parts/queue_flags_runs.sql).
 --
 -- Such a queue is claimed by claim_rated.sql, from runs_claim_idx, which never reads the

@@ -1,8 +1,8 @@
 """The runs of a queue whose only limit is a queue-level rate limit are not flagged
 `limited`: the flag means "claimed by claim_limited()" (sql/parts/queue_flags_runs.sql).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 """
 
 from pathlib import Path
@@ -11,8 +11,8 @@ from alembic import op
 
 from pgqueue import _sql
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
