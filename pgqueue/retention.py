@@ -72,9 +72,18 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=sum(float(n) * _UNITS[unit] for n, unit in parts))
 
 
-def prune_step(state: str | None, older_than: timedelta, limit: int) -> tuple[LiteralString, Any]:
-    """The statement and parameters of one batch: runs of `state`, or events if None."""
-    params = {"state": state, "older_than": older_than.total_seconds(), "limit": limit}
+def prune_step(
+    state: str | None, older_than: timedelta, limit: int, *, tallied_only: bool = False
+) -> tuple[LiteralString, Any]:
+    """The statement and parameters of one batch: runs of `state`, or events if None.
+    With `tallied_only` (the workers' pruner), runs the tally of finished runs has not
+    counted yet are left for a later batch."""
+    params = {
+        "state": state,
+        "older_than": older_than.total_seconds(),
+        "limit": limit,
+        "tallied_only": tallied_only,
+    }
     return _sql.query("prune_events" if state is None else "prune_runs"), params
 
 
@@ -83,8 +92,9 @@ TALLY_LAG_SECONDS = 10  # as the workers' tally keeper (pgqueue.worker.maintenan
 
 def fold_tally(conn: psycopg.Connection[Any], rounds: int = 48) -> None:
     """Bring the tally of finished runs up to a few seconds ago (as a worker's tally
-    keeper does), since pruning leaves alone the runs it has not counted yet. Each
-    round commits on its own: `conn` is in autocommit, as the App's connections are."""
+    keeper does) before a prune by hand, so that what it deletes was counted (all but
+    the last few seconds' runs). Each round commits on its own: `conn` is in
+    autocommit, as the App's connections are."""
     for _ in range(rounds):
         row = conn.execute(
             _sql.query("tally_finished"), {"lag_seconds": TALLY_LAG_SECONDS}

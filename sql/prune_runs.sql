@@ -5,16 +5,17 @@
 -- whose parent has not finished is kept: the parent reads its outcome. That check is a
 -- scalar subquery, one primary-key probe per candidate: as NOT EXISTS the planner may
 -- turn it into an anti-join over a scan of every run (seen in bench/soak.py: 57-95 ms
--- per batch instead of 11-35). SKIP LOCKED: concurrent pruners share the work. Runs
--- not yet in the tally of finished runs (after pgqueue.tally_mark) wait for it, so the
--- last hour's counts hold whatever the retention.
+-- per batch instead of 11-35). SKIP LOCKED: concurrent pruners share the work. With
+-- `tallied_only` (the workers' pruner), runs not yet in the tally of finished runs
+-- (after pgqueue.tally_mark) wait for it, so the last hour's counts hold whatever the
+-- retention; a prune asked for by hand deletes what it was asked to.
 WITH doomed AS (
     SELECT r.id
     FROM pgqueue.runs r
     WHERE r.state IN ('succeeded', 'failed', 'canceled')
       AND r.state = %(state)s
       AND r.finished_at < now() - %(older_than)s * interval '1 second'
-      AND r.finished_at < pgqueue.tally_upto()
+      AND (NOT %(tallied_only)s OR r.finished_at < pgqueue.tally_upto())
       AND coalesce((SELECT p.state FROM pgqueue.runs p WHERE p.id = r.parent_id),
                    'succeeded') IN ('succeeded', 'failed', 'canceled')
     ORDER BY r.finished_at

@@ -34,7 +34,7 @@ class Pruner(Service):
         async with self.pool.connection() as conn:
             for state, age in targets:
                 while batches < MAX_BATCHES:
-                    query, params = prune_step(state, age, retention.batch)
+                    query, params = prune_step(state, age, retention.batch, tallied_only=True)
                     cur = await conn.execute(query, params)
                     batches += 1
                     deleted[state or "events"] = deleted.get(state or "events", 0) + cur.rowcount
