@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgqueue import _inserts, _sql, batches, db
-from pgqueue._pool import AsyncCheckedPool
+from pgqueue._pool import AsyncCheckedPool, asettle
 from pgqueue.errors import ConfigError, UserError
 from pgqueue.runs import Run, RunHandle, check_run_id, found_run
 from pgqueue.tasks import RunBatch, RunRow
@@ -65,10 +65,14 @@ class AsyncApp:
             self._apool_dsn = app.dsn
             self._apool_opening = asyncio.ensure_future(_open(self._apool, app.dsn, app.pooler))
             self._apool_guard = asyncio.ensure_future(_close_with_loop(self._apool))
-        assert self._apool_opening is not None
+        opening = self._apool_opening
+        assert opening is not None
         pool = self._apool
         try:
-            await asyncio.shield(self._apool_opening)
+            if opening.done():  # open: no shield (a future and two callbacks per call)
+                opening.result()
+            else:
+                await asyncio.shield(opening)
         except ConfigError:
             if self._apool is pool:
                 self._apool = None  # the next call tries again
@@ -84,11 +88,24 @@ class AsyncApp:
             return
         pool = await self._get_async_pool()
         try:
-            async with pool.connection() as pooled:
-                with db.translate_errors(pooled):
-                    yield pooled
+            pooled = await pool.getconn()
         except PoolTimeout:
             raise db.pool_timeout(self._app().dsn) from None
+        # the pool's connection() without its context managers (see pgqueue._pool)
+        try:
+            yield pooled
+        except BaseException as exc:
+            await asettle(pooled, failed=True)
+            friendly = db.translated(exc, pooled)
+            if friendly is not None:
+                raise friendly from None
+            if isinstance(exc, PoolTimeout):  # the block's own pool wait
+                raise db.pool_timeout(self._app().dsn) from None
+            raise
+        else:
+            await asettle(pooled, failed=False)
+        finally:
+            await pool.putconn(pooled)
 
     async def aclose(self) -> None:
         """Close the async pool (e.g. in a FastAPI lifespan's shutdown)."""
