@@ -9,6 +9,8 @@
 - bench.enqueue's bare statement and pgqueue's enqueue_run.sql, 2,000 times each inside one
   transaction (a round trip and the execution, no commit flush) and 1,000 times each in
   autocommit (plus the flush), with wall and client CPU (process_time) per call;
+- three rounds of bench.enqueue's four psycopg sides back to back (1,000 calls each, in
+  the same process): wall and client CPU (process_time) per call;
 - cProfile of 2,000 `Task.enqueue` and 2,000 `await Task.enqueue_async` calls.
 """
 
@@ -55,6 +57,49 @@ def _statements(dsn: str, op: _inserts.Insert) -> None:
                 conn.rollback()
 
 
+def _rounds(dsn: str, rounds: int = 3, n: int = 1000) -> None:
+    loop = asyncio.new_event_loop()
+    conn = psycopg.connect(dsn, autocommit=True)
+    aconn = loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
+
+    def sync(fn: Any) -> tuple[float, float]:
+        for i in range(50):
+            fn(i)
+        c0, t0 = time.process_time(), time.perf_counter()
+        for i in range(n):
+            fn(i)
+        return (time.perf_counter() - t0) / n * 1e6, (time.process_time() - c0) / n * 1e6
+
+    def in_loop(fn: Any) -> tuple[float, float]:
+        async def go() -> tuple[float, float]:
+            for i in range(50):
+                await fn(i)
+            c0, t0 = time.process_time(), time.perf_counter()
+            for i in range(n):
+                await fn(i)
+            return (time.perf_counter() - t0) / n * 1e6, (time.process_time() - c0) / n * 1e6
+
+        return loop.run_until_complete(go())
+
+    async def bare_async(i: int) -> None:
+        await (await aconn.execute(BARE, (f"[{i}]",))).fetchone()
+
+    try:
+        for r in range(rounds):
+            for name, (wall, cpu) in (
+                ("bare sync", sync(lambda i: conn.execute(BARE, (f"[{i}]",)).fetchone())),
+                ("pgqueue sync", sync(pgq_noop.enqueue)),
+                ("bare async", in_loop(bare_async)),
+                ("pgqueue async", in_loop(pgq_noop.enqueue_async)),
+            ):
+                print(f"round {r + 1} {name:15s} wall {wall:7.1f} us  cpu {cpu:6.1f} us")
+        loop.run_until_complete(aconn.close())
+        loop.run_until_complete(pgq_noop.app.aclose())
+    finally:
+        conn.close()
+        loop.close()
+
+
 def main() -> int:
     app = pgq_noop.app
     row = pgq_noop.make_row((1,), {}, NO_OPTIONS)
@@ -68,6 +113,7 @@ def main() -> int:
     try:
         pgq_noop.enqueue(0)
         _statements(pgq.dsn, _inserts.Insert(app, [row]))
+        _rounds(pgq.dsn)
         profile = cProfile.Profile()
         for i in range(50):
             pgq_noop.enqueue(i)
