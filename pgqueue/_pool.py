@@ -6,13 +6,18 @@ operation."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue import _faults, db
+
+log = logging.getLogger(__name__)
+IDLE = TransactionStatus.IDLE
 
 
 class CheckedPool(ConnectionPool[psycopg.Connection[Any]]):
@@ -43,6 +48,43 @@ class AsyncCheckedPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
             await self.putconn(conn)
             if time.monotonic() >= deadline:
                 raise PoolTimeout("no live connection in time")
+
+
+# App.connection and AsyncApp.async_connection take their connection with getconn() and
+# give it back with putconn(), without the pool's connection() context manager and the
+# `with conn:` inside it, which a single enqueue paid in client CPU (bench/RESULTS.md,
+# "Single enqueue"). What `with conn:` does on the way out is settle() and asettle();
+# putconn() does the rest: it rolls back a transaction left open and discards a
+# connection that is broken or was returned mid-operation.
+
+
+def settle(conn: psycopg.Connection[Any], failed: bool) -> None:
+    """End the transaction the block left open, as leaving `with conn:` does: commit it,
+    or roll it back after an error (a rollback that fails is logged, and the block's own
+    error is the one raised). The pools' connections are in autocommit: usually there is
+    none, and this is one status read."""
+    if conn.closed or conn.pgconn.transaction_status == IDLE:
+        return
+    if not failed:
+        conn.commit()
+        return
+    try:
+        conn.rollback()
+    except Exception as exc:
+        log.warning("error ignored in rollback on %s: %s", conn, exc)
+
+
+async def asettle(conn: psycopg.AsyncConnection[Any], failed: bool) -> None:
+    """settle() for an AsyncConnection."""
+    if conn.closed or conn.pgconn.transaction_status == IDLE:
+        return
+    if not failed:
+        await conn.commit()
+        return
+    try:
+        await conn.rollback()
+    except Exception as exc:
+        log.warning("error ignored in rollback on %s: %s", conn, exc)
 
 
 def open_pool(dsn: str, size: int, pooler: str | None = None) -> CheckedPool:

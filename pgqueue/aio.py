@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgqueue import _inserts, _sql, batches, db
-from pgqueue._pool import AsyncCheckedPool
+from pgqueue._pool import AsyncCheckedPool, asettle
 from pgqueue.errors import ConfigError, UserError
 from pgqueue.runs import Run, RunHandle, check_run_id, found_run
 from pgqueue.tasks import RunBatch, RunRow
@@ -65,10 +65,14 @@ class AsyncApp:
             self._apool_dsn = app.dsn
             self._apool_opening = asyncio.ensure_future(_open(self._apool, app.dsn, app.pooler))
             self._apool_guard = asyncio.ensure_future(_close_with_loop(self._apool))
-        assert self._apool_opening is not None
+        opening = self._apool_opening
+        assert opening is not None
         pool = self._apool
         try:
-            await asyncio.shield(self._apool_opening)
+            if opening.done():  # open: no shield (a future and two callbacks per call)
+                opening.result()
+            else:
+                await asyncio.shield(opening)
         except ConfigError:
             if self._apool is pool:
                 self._apool = None  # the next call tries again
@@ -84,11 +88,24 @@ class AsyncApp:
             return
         pool = await self._get_async_pool()
         try:
-            async with pool.connection() as pooled:
-                with db.translate_errors(pooled):
-                    yield pooled
+            pooled = await pool.getconn()
         except PoolTimeout:
             raise db.pool_timeout(self._app().dsn) from None
+        # the pool's connection() without its context managers (see pgqueue._pool)
+        try:
+            yield pooled
+        except BaseException as exc:
+            await asettle(pooled, failed=True)
+            friendly = db.translated(exc, pooled)
+            if friendly is not None:
+                raise friendly from None
+            if isinstance(exc, PoolTimeout):  # the block's own pool wait
+                raise db.pool_timeout(self._app().dsn) from None
+            raise
+        else:
+            await asettle(pooled, failed=False)
+        finally:
+            await pool.putconn(pooled)
 
     async def aclose(self) -> None:
         """Close the async pool (e.g. in a FastAPI lifespan's shutdown)."""
@@ -214,31 +231,48 @@ async def _close_with_loop(pool: AsyncConnectionPool[AsyncConn]) -> None:
 
 class GroupCommit:
     """Single-run enqueues of one event loop, without a connection of their own, written
-    together (client-side group commit). A flusher takes every run waiting, inserts them
-    with one statement and one commit, and hands each caller its handle. Up to
-    `pool_size` flushers run at once: a lone call is written at once (one task switch
-    later), and calls that arrive while flushers are busy share the next commit. A task
-    that enqueues its follow-up (a chain, a fan-out) then pays a share of one commit
-    instead of a whole one.
+    together (client-side group commit). A lone call, with no other run waiting or being
+    written, is written by its caller's own task at once. Otherwise a flusher takes every
+    run waiting, inserts them with one statement and one commit, and hands each caller its
+    handle. Up to `pool_size` writers (the lone caller, flushers) run at once, and calls
+    that arrive while they are busy share the next commit. A task that enqueues its
+    follow-up (a chain, a fan-out) then pays a share of one commit instead of a whole one.
 
-    Each caller's run is committed when its await returns, as before. One run that the
-    server rejects (a DataError, an IntegrityError...) fails its own call only: the batch
-    is written again one run at a time. A lost connection fails the whole batch."""
+    Each caller's run is committed when its await returns. A caller cancelled while a
+    flusher writes its run has it written all the same; a lone caller cancelled while it
+    writes its own run cancels that write, as an enqueue on its own connection (conn=)
+    would: it may or may not have been committed. One run that the server rejects (a
+    DataError, an IntegrityError...) fails its own call only: the batch is written again
+    one run at a time. A lost connection fails the whole batch."""
 
     def __init__(self, app: AsyncApp, loop: asyncio.AbstractEventLoop) -> None:
         self.app = app
         self.loop = loop
         self.waiting: list[tuple[RunRow, asyncio.Future[RunHandle]]] = []
         self.flushers: set[asyncio.Task[None]] = set()
+        self.alone = 0  # lone callers writing their own run (0 or 1)
 
     async def insert(self, row: RunRow) -> RunHandle:
+        if not self.waiting and not self.flushers and not self.alone:
+            # Written by this task: no flusher task and no future to hand the handle
+            # over (bench/RESULTS.md, "Single enqueue").
+            self.alone = 1
+            try:
+                return (await self.app._insert_now([row], None))[0]
+            finally:
+                self.alone = 0
+                self._start()  # for the calls that came meanwhile, if no flusher took them
         future: asyncio.Future[RunHandle] = self.loop.create_future()
         self.waiting.append((row, future))
-        if len(self.flushers) < self.app._app().pool_size:
+        self._start()
+        return await future
+
+    def _start(self) -> None:
+        """A flusher for the runs waiting, if a writer's place is free."""
+        if self.waiting and len(self.flushers) + self.alone < self.app._app().pool_size:
             task = self.loop.create_task(self._flush())
             self.flushers.add(task)
             task.add_done_callback(self.flushers.discard)
-        return await future
 
     async def _flush(self) -> None:
         while self.waiting:

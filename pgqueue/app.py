@@ -275,10 +275,25 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
                 yield conn
             return
         try:
-            with self._get_pool().connection() as pooled, db.translate_errors(pooled):
-                yield pooled
+            pool = self._get_pool()
+            pooled = pool.getconn()
         except PoolTimeout:
             raise db.pool_timeout(self.dsn) from None
+        # the pool's connection() without its context managers (see pgqueue._pool)
+        try:
+            yield pooled
+        except BaseException as exc:
+            _pool.settle(pooled, failed=True)
+            friendly = db.translated(exc, pooled)
+            if friendly is not None:
+                raise friendly from None
+            if isinstance(exc, PoolTimeout):  # the block's own pool wait
+                raise db.pool_timeout(self.dsn) from None
+            raise
+        else:
+            _pool.settle(pooled, failed=False)
+        finally:
+            pool.putconn(pooled)
 
     def caller_connection(
         self, conn: psycopg.Connection[Any] | None = None

@@ -205,15 +205,29 @@ def translate_errors(
     missing privilege into a PermissionDenied that names the role (`conn`'s user)."""
     try:
         yield
-    except pg_errors.InsufficientPrivilege as exc:
+    except Exception as exc:
+        friendly = translated(exc, conn)
+        if friendly is None:
+            raise
+        raise friendly from None
+
+
+def translated(
+    exc: BaseException,
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+) -> Exception | None:
+    """translate_errors' answer for `exc`: the NotMigrated or PermissionDenied to raise
+    instead, or None to let it through (for callers that cannot afford a context
+    manager: App.connection)."""
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
         role = conn.info.user if conn is not None and not conn.closed else None
-        raise permission_denied(exc, role) from None
-    except (
-        pg_errors.UndefinedTable,
-        pg_errors.InvalidSchemaName,
-        pg_errors.UndefinedFunction,
-    ) as exc:
-        raise NotMigrated(
+        return permission_denied(exc, role)
+    if isinstance(
+        exc,
+        (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction),
+    ):
+        return NotMigrated(
             f"this database has no (or an outdated) pgqueue schema ({first_line(exc)}): "
             "run `pgqueue migrate` (or app.migrate()) first"
-        ) from None
+        )
+    return None

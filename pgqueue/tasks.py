@@ -80,6 +80,10 @@ class Arity:
         return keys >= self.required_kwonly
 
 
+# A call without options: one shared instance (it is frozen), not a new one per enqueue.
+NO_OPTIONS = EnqueueOptions()
+
+
 class Task(Generic[P, R]):
     """A function registered with @app.task or @app.workflow under a stable name."""
 
@@ -150,13 +154,15 @@ class Task(Generic[P, R]):
         return BoundTask(self, EnqueueOptions(**options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
-        return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
+        row = self.make_row(args, kwargs, NO_OPTIONS)
+        return self.app.insert_runs([row])[0]
 
     def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         return BoundTask(self, EnqueueOptions()).enqueue_many(items)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
-        return await BoundTask(self, EnqueueOptions()).enqueue_async(*args, **kwargs)
+        row = self.make_row(args, kwargs, NO_OPTIONS)
+        return (await self.app.insert_runs_async([row]))[0]
 
     async def enqueue_many_async(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]]

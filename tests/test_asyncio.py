@@ -114,6 +114,89 @@ def test_concurrent_enqueue_async_calls_share_one_commit(dsn: str) -> None:
     assert len({r.created_at for r in runs}) <= 2  # 40 without group commit
 
 
+async def blocked_inserts(dsn: str, locker: psycopg.AsyncConnection[Any], n: int) -> None:
+    """Poll until `n` backends wait for `locker`'s lock on pgqueue.runs (asked on another
+    connection, in autocommit: a transaction sees one snapshot of pg_stat_activity)."""
+    deadline = asyncio.get_running_loop().time() + 10
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watcher:
+        while True:
+            cur = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (locker.info.backend_pid,),
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] >= n:
+                return
+            assert asyncio.get_running_loop().time() < deadline, "no insert waited for the lock"
+            await asyncio.sleep(0.01)
+
+
+def test_calls_during_a_lone_write_share_the_next_commit(dsn: str) -> None:
+    """A lone enqueue_async writes its own run. Calls made while it is written (pool_size=1:
+    no place for another writer) wait, and are written together once it is done."""
+    app = pgqueue.App(dsn, pool_size=1)
+
+    @app.task(name="echo")
+    async def echo(x: int) -> int:
+        return x
+
+    async def main() -> list[pgqueue.RunHandle]:
+        try:
+            locker = await psycopg.AsyncConnection.connect(dsn)
+            async with locker:
+                await locker.execute("LOCK TABLE pgqueue.runs IN SHARE MODE")
+                lone = asyncio.ensure_future(echo.enqueue_async(0))
+                await blocked_inserts(dsn, locker, 1)
+                others = asyncio.gather(*(echo.enqueue_async(i) for i in range(1, 11)))
+                await asyncio.sleep(0)  # each call of the gather has started
+                await locker.commit()
+                return [await asyncio.wait_for(lone, 10), *await asyncio.wait_for(others, 10)]
+        finally:
+            await app.aclose()
+
+    try:
+        handles = asyncio.run(main())
+        runs = [app.get_run(h.id) for h in handles]
+    finally:
+        app.close()
+    assert [r.args for r in runs] == [[i] for i in range(11)]
+    assert runs[0].created_at not in {r.created_at for r in runs[1:]}
+    assert len({r.created_at for r in runs[1:]}) == 1
+
+
+def test_cancelling_a_lone_enqueue_async_cancels_its_insert(dsn: str) -> None:
+    """A lone call writes its run in its own task: cancelled while the insert waits, the
+    insert is cancelled in the server too (as with conn=), and the connection serves the
+    next call."""
+    app = pgqueue.App(dsn, pool_size=1)
+
+    @app.task(name="echo")
+    async def echo(x: int) -> int:
+        return x
+
+    async def main() -> pgqueue.RunHandle:
+        try:
+            locker = await psycopg.AsyncConnection.connect(dsn)
+            async with locker:
+                await locker.execute("LOCK TABLE pgqueue.runs IN SHARE MODE")
+                lone = asyncio.ensure_future(echo.enqueue_async(0))
+                await blocked_inserts(dsn, locker, 1)
+                lone.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await lone
+                await locker.commit()
+            return await echo.enqueue_async(1)
+        finally:
+            await app.aclose()
+
+    try:
+        handle = asyncio.run(main())
+        assert app.get_run(handle.id).args == [1]
+    finally:
+        app.close()
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE task = 'echo'") == 1
+
+
 def test_a_rejected_run_fails_only_its_own_enqueue(dsn: str) -> None:
     """The server refuses one run of a shared statement: its caller gets the error, the
     other callers' runs are written."""
