@@ -212,8 +212,14 @@ def test_ordered_groups_run_in_order_without_overlap_under_a_sigkill(
     assert sorted(attempts) == groups
     for group, tries in attempts.items():
         tries.sort(key=lambda a: a[2])
-        # order: the successful attempts come in step order, each step exactly once
-        assert [a[0] for a in tries if a[4] == "end"] == list(range(12)), group
+        # order: the successful attempts come in step order, each step once, except one
+        # whose body ended on the killed worker before the kill and whose outcome went
+        # with it (at least once): run again, by a later attempt, before the next step
+        ends = [a for a in tries if a[4] == "end"]
+        lost = [a for a, b in itertools.pairwise(ends) if a[0] == b[0]]
+        assert all(a[3] < killed_at for a in lost) and len(lost) <= 1, (group, lost)
+        assert all(b[1] > a[1] for a, b in itertools.pairwise(ends) if a[0] == b[0]), group
+        assert [a[0] for a in ends if a not in lost] == list(range(12)), group
         # no overlap: each attempt starts after the one before it ended (or was killed)
         for before, after in itertools.pairwise(tries):
             assert after[2] >= (before[3] or killed_at), (group, before, after)
