@@ -60,12 +60,19 @@ def _hammer(dsn: str, conn: psycopg.Connection[Any], key: str, scope: str) -> se
             )
             for _ in range(4)
         ]
-        wait_until(
-            lambda: conn.execute(
-                "SELECT count(*) = 4 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            ).fetchone()[0],  # type: ignore[index]
-            message="the four enqueuers to wait at the gate",
-        )
+
+        def at_the_gate() -> bool:
+            dead = [p.returncode for p in procs if p.poll() is not None]
+            assert not dead, f"an enqueuer exited before the gate opened: {dead}"
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND NOT granted"
+            ).fetchone()
+            return row is not None and row[0] >= 4
+
+        # four interpreters starting at once on a loaded 2-core machine: a generous deadline
+        wait_until(at_the_gate, timeout=60, message="the four enqueuers to wait at the gate")
         gate.execute("SELECT pg_advisory_unlock(7)")
         outputs = [p.communicate(timeout=300)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
