@@ -87,7 +87,10 @@ def prune_step(
     return _sql.query("prune_events" if state is None else "prune_runs"), params
 
 
-TALLY_LAG_SECONDS = 10  # as the workers' tally keeper (pgqueue.worker.maintenance.tally)
+# Runs whose finishing transaction began less than this long ago are left to a later
+# fold of the tally: finished_at is the transaction's start, and it may not have
+# committed yet (the workers' tally keeper and fold_tally() both use it).
+TALLY_LAG_SECONDS = 10
 
 
 def fold_tally(conn: psycopg.Connection[Any], rounds: int = 48) -> None:
@@ -133,21 +136,16 @@ def prune(
     if events:
         targets.append(None)
     fold_tally(conn)
+
+    def until_short(step: tuple[LiteralString, Any]) -> int:
+        """Run one batch statement until a batch comes back short: the rows deleted."""
+        total = 0
+        while (n := conn.execute(*step).rowcount) == batch:
+            total += n
+        return total + n
+
     for target in targets:
-        total = 0
-        while True:
-            query, params = prune_step(target, older_than, batch)
-            n = conn.execute(query, params).rowcount
-            total += n
-            if n < batch:
-                break
-        deleted[target or "events"] = total
+        deleted[target or "events"] = until_short(prune_step(target, older_than, batch))
     if targets and targets != [None]:
-        total = 0
-        while True:
-            n = conn.execute(*prune_batches_step(batch)).rowcount
-            total += n
-            if n < batch:
-                break
-        deleted["batches"] = total
+        deleted["batches"] = until_short(prune_batches_step(batch))
     return deleted

@@ -7,12 +7,10 @@ the tally's mark row lets one fold at a time, and the others skip it."""
 from __future__ import annotations
 
 from pgqueue import _sql
+from pgqueue.retention import TALLY_LAG_SECONDS as LAG_SECONDS
 from pgqueue.worker._service import Pool, Service
 
 INTERVAL = 5.0  # a bucket's width: each round folds about one bucket
-# Runs whose finishing transaction began less than this long ago are left to the next
-# round: finished_at is the transaction's start, and it may not have committed yet.
-LAG_SECONDS = 10
 PRUNE_EVERY = 720  # rounds (an hour): buckets older than a day are dropped
 
 
