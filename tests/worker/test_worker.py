@@ -619,6 +619,34 @@ def test_claims_commit_asynchronously_outcomes_do_not(
         assert conn.execute(setting).fetchone() == ("on",)
 
 
+def test_a_running_step_commits_asynchronously_its_outcome_does_not(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """The `running` row of a workflow step is only for looking at: its commit does not
+    wait for its WAL flush; the step's outcome (which flushes both) does."""
+
+    @app.task
+    def t() -> None: ...
+
+    h = t.enqueue()
+    claim = {"limit": 1, "worker_id": WORKER, "lease_seconds": 30, "finishing": [], **FROM_FRONT}
+    token = conn.execute(_sql.query("claim"), {**claim, "queue": "default"}).fetchone()[8]
+    setting = "SELECT current_setting('synchronous_commit')"
+    step = {"run_id": h.id, "lease_token": token, "name": "s", "output": None, "error": None,
+            "attempt": 1, "started_at": None, "waited": None}  # fmt: skip
+    for state, output, inside in [("running", None, "off"), ("succeeded", "1", "on")]:
+        with conn.transaction():
+            row = conn.execute(
+                _sql.query("record_step"), {**step, "state": state, "output": output}
+            ).fetchone()
+            assert row is not None and row[0] == "s", state
+            assert conn.execute(setting).fetchone() == (inside,), state
+        assert conn.execute(setting).fetchone() == ("on",), state
+    assert conn.execute(
+        "SELECT state FROM pgqueue.steps WHERE run_id = %s", (h.id,)
+    ).fetchone() == ("succeeded",)
+
+
 def test_two_claims_in_flight_stay_within_the_concurrency(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:
