@@ -95,6 +95,6 @@ def open_pool(dsn: str, size: int, pooler: str | None = None) -> CheckedPool:
     # With its first connection ready: a request made while that is still being opened
     # grows the pool by one, and psycopg_pool hands out its connections in turn, so a
     # caller enqueueing one run at a time would then alternate between two backends for
-    # good, about 80 us slower per call (bench/RESULTS.md).
+    # good, about 70 us slower per call (bench/RESULTS.md).
     pool.open(wait=True, timeout=db.POOL_TIMEOUT)  # closes itself on timeout
     return pool

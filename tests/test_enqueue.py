@@ -218,7 +218,7 @@ def test_one_caller_at_a_time_keeps_to_one_pooled_connection(dsn: str) -> None:
     """The App's pools open with their first connection ready. A first request made while
     that connection was still being opened grew the pool by one (a few ms later), and
     psycopg_pool hands its connections out in turn: a caller enqueueing one run at a time
-    then alternated between two backends for good, about 80 us slower per call
+    then alternated between two backends for good, about 70 us slower per call
     (bench/RESULTS.md). Watched over `window` seconds of back-to-back requests."""
     window = 0.3
     app = pgqueue.App(dsn)
