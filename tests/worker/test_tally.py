@@ -158,3 +158,94 @@ def test_a_tally_far_behind_catches_up_an_hour_a_round(dsn: str, app: pgqueue.Ap
     assert rounds[:2] == [0.0, 0.0]  # behind: the next round at once
     assert rounds[2] == INTERVAL
     assert tallied(dsn) == 2
+
+
+def latencies(dsn: str) -> tuple[float, float, float, float]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pickup_p50_seconds, pickup_p95_seconds, duration_p50_seconds,"
+            " duration_p95_seconds FROM pgqueue.queue_stats WHERE queue = 'mail'"
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def exact(dsn: str) -> tuple[float, float, float, float]:
+    """The nearest-rank percentiles of every run finished in the last minute."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY p),"
+            "       percentile_disc(0.95) WITHIN GROUP (ORDER BY p),"
+            "       percentile_disc(0.5) WITHIN GROUP (ORDER BY d),"
+            "       percentile_disc(0.95) WITHIN GROUP (ORDER BY d)"
+            " FROM (SELECT extract(epoch FROM started_at - run_at)::float8 AS p,"
+            "              extract(epoch FROM finished_at - started_at)::float8 AS d"
+            "       FROM pgqueue.runs WHERE queue = 'mail' AND finished_at IS NOT NULL"
+            "         AND finished_at >= now() - interval '55 seconds') x"
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def finish_spread(dsn: str, n: int, ago: tuple[float, float]) -> None:
+    """n finished runs of queue mail, finished between ago[0] and ago[1] seconds ago, with
+    pickups spread from 1 ms to 10 s and durations from 0 to 2 s (log-uniform)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT setseed(0.25)")
+        conn.execute(
+            "INSERT INTO pgqueue.runs (task, queue, state, run_at, started_at, finished_at)"
+            " SELECT 't', 'mail', 'succeeded', f - d - p, f - d, f"
+            " FROM (SELECT now() - (%(a)s + (%(b)s - %(a)s) * g / %(n)s) * interval '1 second'"
+            "              AS f,"
+            "              power(10, -3 + 4 * random()) * interval '1 second' AS p,"
+            "              CASE WHEN g %% 10 = 0 THEN interval '0'"
+            "                   ELSE power(10, -3 + 3.3 * random()) * interval '1 second'"
+            "              END AS d"
+            "       FROM generate_series(1, %(n)s) g) x",
+            {"a": ago[0], "b": ago[1], "n": n},
+        )
+        conn.execute("ANALYZE pgqueue.runs")
+
+
+def close(estimate: tuple[float, ...], truth: tuple[float, ...], within: float = 0.044) -> bool:
+    """Within a histogram bin (4.4%), or 10 us for a zero."""
+    return all(abs(e - t) <= max(within * t, 1e-5) for e, t in zip(estimate, truth, strict=True))
+
+
+def test_latency_percentiles_come_from_the_tally_within_a_bin(dsn: str) -> None:
+    """queue_stats's pickup and duration percentiles read the workers' latency histograms
+    (and at most 1,000 unfolded runs), not every run of the last minute, and are within
+    4.4% of the exact ones before and after the fold."""
+    finish_spread(dsn, 600, (20, 50))
+    truth = exact(dsn)
+    assert close(latencies(dsn), truth)  # all unfolded: from the runs
+    tick(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT sum(n) FILTER (WHERE kind = 'pickup'), sum(n) FILTER (WHERE kind = 'duration')"
+            " FROM pgqueue.latency_tally"
+        ).fetchone()
+    assert row == (600, 600)
+    assert close(latencies(dsn), truth)  # all folded: from the histograms
+    tick(dsn)
+    assert close(latencies(dsn), truth)  # nothing folded twice
+
+    finish_spread(dsn, 20000, (22, 48))
+    finish_spread(dsn, 3000, (0, 5))  # inside the keeper's lag
+    tick(dsn)
+    # 21,000 runs from the histograms and 1,000 of the 3,000 unfolded ones
+    assert close(latencies(dsn), exact(dsn), within=0.1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET jit = off")
+        [[plan]] = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM pgqueue.queue_stats"
+        ).fetchall()
+    runs = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "runs"]
+    read = sum(n["Actual Rows"] for n in runs)
+    # the unfolded runs, counted (3,000) and sampled for latency (at most 1,000 of them),
+    # and never the 20,600 folded ones
+    assert read <= 3000 + 3000, read
+
+
+def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]

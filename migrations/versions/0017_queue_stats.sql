@@ -1,0 +1,91 @@
+-- Per queue: live runs by state (each count reads the partial index of its state, so
+-- it costs the size of the backlog, never of the history), the oldest queued run's
+-- age, and what finished in the last minute and hour, in 5-second buckets
+-- (pgqueue.finished_buckets: the workers' tally, and the runs of the last few seconds).
+-- Pickup latency is started_at - run_at and duration finished_at - started_at, over the
+-- runs that finished in the last minute (runs_finished_idx). All-time totals of
+-- finished runs are deliberately not here: they cost a scan of the whole history (see
+-- docs/sql.md). Limits last, with the rate limits' current use (docs/flow_control.md).
+CREATE OR REPLACE VIEW pgqueue.queue_stats AS
+WITH live AS (
+    SELECT queue, 'scheduled' AS state, count(*) AS n, NULL::timestamptz AS oldest
+      FROM pgqueue.runs WHERE state = 'scheduled' GROUP BY queue
+    UNION ALL
+    SELECT queue, 'queued', count(*), min(run_at)
+      FROM pgqueue.runs WHERE state = 'queued' GROUP BY queue
+    UNION ALL
+    SELECT queue, 'running', count(*), NULL
+      FROM pgqueue.runs WHERE state = 'running' GROUP BY queue
+    UNION ALL
+    SELECT queue, 'waiting', count(*), NULL
+      FROM pgqueue.runs WHERE state = 'waiting' GROUP BY queue
+),
+recent AS (
+    SELECT queue,
+           sum(n) FILTER (WHERE bucket >= now() - interval '1 minute') AS finished_last_minute,
+           sum(n) AS finished_last_hour,
+           sum(n) FILTER (WHERE state = 'succeeded') AS succeeded_last_hour,
+           sum(n) FILTER (WHERE state = 'failed') AS failed_last_hour
+    FROM pgqueue.finished_buckets
+    WHERE bucket >= now() - interval '1 hour'
+    GROUP BY queue
+),
+latency AS (
+    SELECT queue,
+           percentile_cont(0.5) WITHIN GROUP (
+               ORDER BY extract(epoch FROM started_at - run_at)::double precision)
+               AS pickup_p50_seconds,
+           percentile_cont(0.95) WITHIN GROUP (
+               ORDER BY extract(epoch FROM started_at - run_at)::double precision)
+               AS pickup_p95_seconds,
+           percentile_cont(0.5) WITHIN GROUP (
+               ORDER BY extract(epoch FROM finished_at - started_at)::double precision)
+               AS duration_p50_seconds,
+           percentile_cont(0.95) WITHIN GROUP (
+               ORDER BY extract(epoch FROM finished_at - started_at)::double precision)
+               AS duration_p95_seconds
+    FROM pgqueue.runs
+    WHERE state IN ('succeeded', 'failed', 'canceled')
+      AND finished_at > now() - interval '1 minute'
+    GROUP BY queue
+),
+names AS (
+    SELECT name AS queue FROM pgqueue.queues
+    UNION SELECT queue FROM live
+    UNION SELECT queue FROM recent
+)
+SELECT n.queue,
+       coalesce(q.paused, false) AS paused,
+       coalesce((SELECT l.n FROM live l WHERE l.queue = n.queue AND l.state = 'scheduled'), 0)
+           AS scheduled,
+       coalesce((SELECT l.n FROM live l WHERE l.queue = n.queue AND l.state = 'queued'), 0)
+           AS queued,
+       coalesce((SELECT l.n FROM live l WHERE l.queue = n.queue AND l.state = 'running'), 0)
+           AS running,
+       coalesce((SELECT l.n FROM live l WHERE l.queue = n.queue AND l.state = 'waiting'), 0)
+           AS waiting,
+       extract(epoch FROM now() - (SELECT l.oldest FROM live l
+                                    WHERE l.queue = n.queue AND l.state = 'queued'))
+           ::double precision AS oldest_queued_seconds,
+       coalesce(r.finished_last_minute, 0)::bigint AS finished_last_minute,
+       coalesce(r.finished_last_hour, 0)::bigint AS finished_last_hour,
+       coalesce(r.succeeded_last_hour, 0)::bigint AS succeeded_last_hour,
+       coalesce(r.failed_last_hour, 0)::bigint AS failed_last_hour,
+       p.pickup_p50_seconds, p.pickup_p95_seconds,
+       p.duration_p50_seconds, p.duration_p95_seconds,
+       q.concurrency, q.group_concurrency,
+       -- rate limits as declared ('100/m'), and the starts in the last period
+       q.rate_limit || '/' || CASE q.rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
+           AS rate_limit,
+       CASE WHEN q.rate_limit IS NOT NULL
+            THEN pgqueue.rate_used(q.rate_slots, q.rate_counts,
+                                   now() - q.rate_period * interval '1 second') END
+           AS rate_used,
+       q.group_rate_limit || '/'
+           || CASE q.group_rate_period WHEN 1 THEN 's' WHEN 60 THEN 'm' ELSE 'h' END
+           AS group_rate_limit,
+       coalesce(q.ordered, false) AS ordered
+FROM names n
+LEFT JOIN pgqueue.queues q ON q.name = n.queue
+LEFT JOIN recent r ON r.queue = n.queue
+LEFT JOIN latency p ON p.queue = n.queue;
