@@ -23,7 +23,8 @@ every --interval seconds (one "minute") a sampler records:
 
 - runs enqueued (producer) and completed (finished_at in the interval, database clock);
 - queue depth (queued, running) and history (finished rows still kept);
-- pickup latency p50 / p95 (started_at - run_at of the runs that finished in the interval);
+- pickup latency p50 / p95 / p99 (started_at - run_at of the runs that finished in the
+  interval), and the producer's enqueue_many latency p50 / p95 / p99;
 - a claim probe: EXPLAIN (ANALYZE, BUFFERS) of claim.sql on the soak queue in a rolled-back
   transaction (execution ms and shared buffers touched: dead index entries show up here);
 - for every pgqueue table: n_live_tup, n_dead_tup, inserts/updates/HOT updates/deletes,
@@ -56,7 +57,9 @@ The verdict (issue 5): completed throughput may decline by at most 15% from the 
 the last interval (and, stricter, from the best interval to the last: a cold first interval
 flatters first -> last). At a fixed rate below capacity, throughput only falls if the
 workers stop keeping up, so pickup latency, the claim probe and CPU per run are reported
-first to last as well: they move before throughput does. Raw samples:
+first to last as well: they move before throughput does. History at scale (issue 28):
+completed throughput, pickup p99 and enqueue p99, the mean of the first five intervals
+against the last five, within 10%. Raw samples:
 bench/out/soak-*.json. Results and findings: bench/RESULTS.md, "Soak: 10 minutes steady
 load".
 """
@@ -106,6 +109,8 @@ from pgqueue.worker.semaphores import ClaimMarks
 QUEUE = apps.SYNC_QUEUE
 DECLINE_TARGET = 15.0  # percent, first to last interval
 READ_TARGET_MS = 100.0  # what an operator reads (READS) stays under this
+FIVE = 5  # intervals at each end compared by the "first 5 → last 5" figures
+ENDS_TARGET = 10.0  # percent: throughput, pickup p99 and enqueue p99, first 5 → last 5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -412,7 +417,8 @@ WINDOW = """
 SELECT count(*),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at)),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at)),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - run_at))
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - run_at)),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at))
 FROM pgqueue.runs
 WHERE queue = %(queue)s AND state = 'succeeded'
   AND finished_at >= %(t0)s AND finished_at < %(t1)s
@@ -429,32 +435,38 @@ SELECT (SELECT count(*) FROM pgqueue.runs WHERE state = 'queued'),
 """
 
 # What operators read while the soak runs (the dashboard's overview, queue page and chart,
-# `pgqueue queues`, `pgqueue runs list`): each named query's median of 3, in ms.
-READS: dict[str, tuple[str, dict[str, Any]]] = {
-    "queue_stats": ("queue_stats", {}),
-    "dashboard overview": ("dashboard_queues", {}),
-    "dashboard chart": ("dashboard_throughput", {}),
-    "dashboard queue": ("dashboard_queue", {"queue": QUEUE}),
-    "pgqueue queues": ("queue_summary", {}),
-    "runs list": ("list_runs", {"state": None, "queue": None, "task": None, "limit": 20}),
+# `pgqueue queues`, `pgqueue runs list`): each named query's median of 3, in ms, in a
+# transaction as its caller reads it (the summaries with JIT off, sql/no_jit.sql).
+READS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "queue_stats": ("queue_stats", {}, True),
+    "dashboard overview": ("dashboard_queues", {}, True),
+    "dashboard chart": ("dashboard_throughput", {}, True),
+    "dashboard queue": ("dashboard_queue", {"queue": QUEUE}, True),
+    "pgqueue queues": ("queue_summary", {}, True),
+    "runs list": ("list_runs", {"state": None, "queue": None, "task": None, "limit": 20}, False),
     "runs list --state succeeded --queue": (
         "list_runs",
         {"state": "succeeded", "queue": QUEUE, "task": None, "limit": 20},
+        False,
     ),
     "runs list --state failed": (
         "list_runs",
         {"state": "failed", "queue": None, "task": None, "limit": 20},
+        False,
     ),
 }
 
 
 def read_probes(conn: Conn) -> dict[str, float]:
     out = {}
-    for name, (query, params) in READS.items():
+    for name, (query, params, no_jit) in READS.items():
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            conn.execute(_sql.query(query), params).fetchall()
+            with conn.transaction():
+                if no_jit:
+                    conn.execute(_sql.query("no_jit"))
+                conn.execute(_sql.query(query), params).fetchall()
             times.append(1000 * (time.perf_counter() - t0))
         out[name] = statistics.median(times)
     return out
@@ -502,6 +514,9 @@ class Sample:
     worker_cpu_s: float
     db_cpu_s: float
     machine_busy: float
+    pickup_p99_ms: float = float("nan")
+    enqueue_p50_ms: float = float("nan")
+    enqueue_p99_ms: float = float("nan")
     emulated_vacuums: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -568,6 +583,9 @@ class Sampler:
             pickup_p95_ms=1000 * float(row[2] if row[2] is not None else "nan"),
             done_p50_ms=1000 * float(row[3] if row[3] is not None else "nan"),
             enqueue_p95_ms=1000 * percentile(calls, 95),
+            pickup_p99_ms=1000 * float(row[4] if row[4] is not None else "nan"),
+            enqueue_p50_ms=1000 * percentile(calls, 50),
+            enqueue_p99_ms=1000 * percentile(calls, 99),
             probe=claim_probe(self.conn),
             reads=read_probes(self.conn),
             tables=tables,
@@ -744,7 +762,8 @@ def soak(args: argparse.Namespace, command: str, log: Any) -> dict[str, Any]:
 # -- report ----------------------------------------------------------------------------------
 
 HEADER = (
-    "| min | enqueued | completed | done/s | queued | pickup p50 | p95 | probe ms | probe buf"
+    "| min | enqueued | completed | done/s | queued | pickup p50 | p95 | p99 | enqueue p99"
+    " | probe ms | probe buf"
     " | runs live | runs dead | runs MB | vacuums | worker CPU | db CPU | machine"
     " | slowest read |"
 )
@@ -767,6 +786,8 @@ def row_text(s: Sample) -> str:
         f"{s.queued:,}",
         f"{s.pickup_p50_ms:.1f} ms",
         f"{s.pickup_p95_ms:.1f} ms",
+        f"{s.pickup_p99_ms:.1f} ms",
+        f"{s.enqueue_p99_ms:.1f} ms",
         f"{s.probe['ms']:.2f}",
         f"{s.probe['buffers']:.0f}",
         f"{s.runs_table('live'):,}",
@@ -817,6 +838,25 @@ def tables_summary(samples: Sequence[Sample]) -> list[str]:
 
 def figures(samples: Sequence[Sample], command: str, rate: float) -> list[Figure]:
     first, last = samples[0], samples[-1]
+    k = max(1, min(FIVE, len(samples) // 2))
+
+    def ends(value: Any) -> tuple[float, float]:
+        """The mean of a per-interval value over the first k and the last k intervals."""
+        return (
+            statistics.fmean(value(s) for s in samples[:k]),
+            statistics.fmean(value(s) for s in samples[-k:]),
+        )
+
+    def five(name: str, value: Any, unit: str, higher_is_better: bool) -> Figure:
+        a, b = ends(value)
+        return fig(
+            f"{name}, first {k} → last {k} intervals",
+            "%",
+            change(a, b),
+            target=-ENDS_TARGET if higher_is_better else ENDS_TARGET,
+            higher_is_better=higher_is_better,
+            note=f"{a:.1f} → {b:.1f} {unit} (mean of the intervals' figures)",
+        )
 
     def fig(name: str, unit: str, value: float, **kw: Any) -> Figure:
         return Figure(name, unit, samples=[value], command=command, **kw)
@@ -828,6 +868,9 @@ def figures(samples: Sequence[Sample], command: str, rate: float) -> list[Figure
         for s in samples
     ]
     return [
+        five("completed throughput", lambda s: s.per_s, "runs/s", True),
+        five("pickup p99", lambda s: s.pickup_p99_ms, "ms", False),
+        five("enqueue_many p99", lambda s: s.enqueue_p99_ms, "ms", False),
         fig(f"completed, first interval (enqueued at {fmt(rate)}/s)", "runs/s", first.per_s),
         fig("completed, last interval", "runs/s", last.per_s),
         fig(
