@@ -1,5 +1,5 @@
 """Latency histograms in the tally: pgqueue.latency_tally (kept by the workers with the
-counts, binned by pgqueue.latencies), and pgqueue.queue_stats's pickup and duration
+counts, binned by pgqueue.latency_bin), and pgqueue.queue_stats's pickup and duration
 percentiles read from it instead of from every run that finished in the last minute
 (sql/views/queue_stats.sql).
 
@@ -20,7 +20,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(_sql.definition("functions/latencies"))
+    op.execute(_sql.definition("functions/latency_bin"))
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     op.execute(_sql.definition("views/queue_stats"))
 

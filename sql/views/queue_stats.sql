@@ -4,7 +4,7 @@
 -- (pgqueue.finished_buckets: the workers' tally, and the runs of the last few seconds).
 -- Pickup latency (started_at - run_at) and duration (finished_at - started_at) of the
 -- runs that finished in the last minute, as p50 and p95 from their histograms
--- (pgqueue.latency_tally and pgqueue.latencies: within 4.4% of the exact percentile,
+-- (pgqueue.latency_tally and pgqueue.latency_bin: within 4.4% of the exact percentile,
 -- for the cost of a few hundred bins whatever the rate). All-time totals of
 -- finished runs are deliberately not here: they cost a scan of the whole history (see
 -- docs/sql.md). Limits last, with the rate limits' current use (docs/flow_control.md).
@@ -36,7 +36,7 @@ recent AS (
 -- runs finished since its mark (the few seconds it trails by; the cap keeps the cost of
 -- this view independent of the rate).
 unfolded AS (
-    SELECT r.queue, l.kind, l.bin, l.seconds
+    SELECT r.queue, k.kind, pgqueue.latency_bin(k.seconds) AS bin, k.seconds
     FROM (SELECT queue, run_at, started_at, finished_at
           FROM pgqueue.runs
           WHERE state IN ('succeeded', 'failed', 'canceled')
@@ -44,7 +44,9 @@ unfolded AS (
             AND started_at IS NOT NULL
           ORDER BY finished_at
           LIMIT 1000) r,
-         pgqueue.latencies(r.run_at, r.started_at, r.finished_at) l
+         LATERAL (VALUES ('pickup', date_part('epoch', r.started_at - r.run_at)),
+                         ('duration', date_part('epoch', r.finished_at - r.started_at)))
+             AS k(kind, seconds)
 ),
 bins AS (
     SELECT queue, kind, bin, sum(n) AS n, sum(seconds) / sum(n) AS mean

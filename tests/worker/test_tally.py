@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import pgqueue
+from pgqueue import _sql
 from pgqueue.retention import Retention
 from pgqueue.worker.maintenance.pruner import Pruner
 from pgqueue.worker.maintenance.tally import INTERVAL, TallyKeeper
@@ -249,3 +250,20 @@ def test_latency_percentiles_come_from_the_tally_within_a_bin(dsn: str) -> None:
 
 def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+
+def test_the_fold_is_priced_below_jit_without_statistics(dsn: str) -> None:
+    """Before autovacuum has analyzed pgqueue.tally_mark (or where it is off), the planner
+    takes the one-row mark for thousands of rows; priced from that, the fold crossed
+    jit_above_cost and was JIT-compiled on every round, 0.2 s of server CPU each."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        [[tuples]] = conn.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = 'pgqueue.tally_mark'::regclass"
+        ).fetchall()
+        assert tuples <= 0  # never analyzed
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        [[plan]] = conn.execute(
+            "EXPLAIN (FORMAT JSON) " + _sql.query("tally_finished"), {"lag_seconds": 10}
+        ).fetchall()
+        [[jit_above]] = conn.execute("SELECT current_setting('jit_above_cost')::float8").fetchall()
+    assert plan[0]["Plan"]["Total Cost"] < jit_above
