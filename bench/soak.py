@@ -77,7 +77,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -840,14 +840,16 @@ def figures(samples: Sequence[Sample], command: str, rate: float) -> list[Figure
     first, last = samples[0], samples[-1]
     k = max(1, min(FIVE, len(samples) // 2))
 
-    def ends(value: Any) -> tuple[float, float]:
+    def ends(value: Callable[[Sample], float]) -> tuple[float, float]:
         """The mean of a per-interval value over the first k and the last k intervals."""
         return (
             statistics.fmean(value(s) for s in samples[:k]),
             statistics.fmean(value(s) for s in samples[-k:]),
         )
 
-    def five(name: str, value: Any, unit: str, higher_is_better: bool) -> Figure:
+    def five(
+        name: str, value: Callable[[Sample], float], unit: str, higher_is_better: bool
+    ) -> Figure:
         a, b = ends(value)
         return fig(
             f"{name}, first {k} → last {k} intervals",

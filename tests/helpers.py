@@ -133,3 +133,12 @@ class InProcessWorker:
         self.worker.stop()
         self.thread.join(30)
         assert not self.thread.is_alive(), "worker did not stop"
+
+
+def plan_nodes(plan: Any) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan: the statement's result ([{"Plan": ...}])
+    or any node of it, and all the nodes under it, subplans and CTEs included."""
+    if isinstance(plan, list):
+        return [node for item in plan for node in plan_nodes(item)]
+    root = plan.get("Plan", plan)
+    return [root, *(node for child in root.get("Plans", []) for node in plan_nodes(child))]

@@ -13,6 +13,7 @@ import pytest
 from pgqueue import _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from pgqueue.worker.connection import configure_connection, worker_dsn
+from tests.helpers import plan_nodes
 from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -55,20 +56,11 @@ def plan_of(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -
 
 def relation_scans(text: str) -> list[tuple[str, str, str | None]]:
     """(relation, node type, index) of every node of a JSON plan that names a relation."""
-    found: list[tuple[str, str, str | None]] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if "Relation Name" in node:
-                found.append((node["Relation Name"], node["Node Type"], node.get("Index Name")))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(json.loads(text))
-    return found
+    return [
+        (node["Relation Name"], node["Node Type"], node.get("Index Name"))
+        for node in plan_nodes(json.loads(text))
+        if "Relation Name" in node
+    ]
 
 
 def scans(text: str) -> list[tuple[str, str | None]]:

@@ -17,6 +17,7 @@ from pgqueue import _sql
 from pgqueue.retention import Retention
 from pgqueue.worker.maintenance.pruner import Pruner
 from pgqueue.worker.maintenance.tally import INTERVAL, TallyKeeper
+from tests.helpers import plan_nodes
 from tests.worker import parts
 
 
@@ -241,15 +242,11 @@ def test_latency_percentiles_come_from_the_tally_within_a_bin(dsn: str) -> None:
         [[plan]] = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM pgqueue.queue_stats"
         ).fetchall()
-    runs = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "runs"]
+    runs = [n for n in plan_nodes(plan) if n.get("Relation Name") == "runs"]
     read = sum(n["Actual Rows"] for n in runs)
     # the unfolded runs, counted (3,000) and sampled for latency (at most 1,000 of them),
     # and never the 20,600 folded ones
     assert read <= 3000 + 3000, read
-
-
-def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
 
 
 def test_the_fold_is_priced_below_jit_without_statistics(dsn: str) -> None:
