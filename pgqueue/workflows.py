@@ -9,6 +9,7 @@ App's pool, fenced by the lease the worker holds.
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from psycopg.rows import dict_row
 
 from pgqueue import _enqueue, _json, _sql
 from pgqueue._checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
+from pgqueue._running_steps import RUNNING_STEPS
 from pgqueue.errors import LeaseLost, UserError
 from pgqueue.states import RunState
 
@@ -71,9 +73,19 @@ class Durable:
     """The stored side of one workflow attempt."""
 
     def __init__(
-        self, app: App, run_id: int, lease_token: str, attempt: int, *, has_steps: bool = True
+        self,
+        app: App,
+        run_id: int,
+        lease_token: str,
+        attempt: int,
+        *,
+        has_steps: bool = True,
+        holds: Callable[[], bool] | None = None,
     ) -> None:
         self.app = app
+        # True while the worker knows it holds the run (not lost or canceled, its leases
+        # renewed lately): a step then starts without a round trip (step())
+        self.holds = holds
         self.run_id = run_id
         self.lease_token = lease_token
         self.attempt = attempt
@@ -108,18 +120,16 @@ class Durable:
             }
         return self._steps.get(name)
 
-    def record(
+    def _write(
         self,
         name: str,
         state: str,
-        *,
         output: str | None = None,
         error: str | None = None,
         started_at: datetime | None = None,
         conn: Any = None,
-    ) -> StepRecord:
-        """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
-        LeaseLost if the lease is gone."""
+    ) -> Any:
+        """Write a step's row (any thread); raises LeaseLost if the lease is gone."""
         params = {
             "run_id": self.run_id,
             "lease_token": self.lease_token,
@@ -139,6 +149,21 @@ class Durable:
                 f"run {self.run_id} is no longer held by this worker; "
                 f"step {name!r} was not recorded"
             )
+        return row
+
+    def record(
+        self,
+        name: str,
+        state: str,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        started_at: datetime | None = None,
+        conn: Any = None,
+    ) -> StepRecord:
+        """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
+        LeaseLost if the lease is gone."""
+        row = self._write(name, state, output, error, started_at, conn)
         self.db_now = row[2]
         record = StepRecord(
             name, state, None if output is None else _json.loads(output), error, row[1]
@@ -164,13 +189,25 @@ class Durable:
         if done is not None and done.state == "succeeded":
             return done.output
         started = datetime.now().astimezone()
-        # visible while its body runs: `pgqueue runs show`, the dashboard, pgqueue.steps
-        self.record(name, "running", started_at=started)
+        # visible while its body runs (`pgqueue runs show`, the dashboard, pgqueue.steps)
+        # once it has run a while: the write is also a lease check, done here first when
+        # the worker cannot vouch for the lease
+        shown = None
+        if self.holds is not None and self.holds():
+            shown = RUNNING_STEPS.show_later(
+                functools.partial(self._write, name, "running", started_at=started)
+            )
+        else:
+            self.record(name, "running", started_at=started)
         try:
-            if timeout is None:
-                result = fn(*args, **kwargs)
-            else:
-                result = _within(name, timeout, fn, args, kwargs)
+            try:
+                if timeout is None:
+                    result = fn(*args, **kwargs)
+                else:
+                    result = _within(name, timeout, fn, args, kwargs)
+            finally:
+                if shown is not None:
+                    shown.done()  # before the outcome: it lands after a `running` row
         except Exception as exc:
             self.record(name, "failed", error=f"{type(exc).__name__}: {exc}", started_at=started)
             raise

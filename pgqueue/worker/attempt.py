@@ -253,6 +253,7 @@ def _call(
             held.lease_token,
             held.row.attempt,
             has_steps=held.row.has_steps,
+            holds=functools.partial(executor.holds, held),
         )
     call = functools.partial(
         call_as, held.ctx, task.fn, *task.run_ctx_args(held.ctx, args), **kwargs

@@ -49,6 +49,7 @@ class Executor:
         self.transitions = transitions
         self.freed: Callable[[], None] = _nothing
         self.threads = DaemonThreads(concurrency)
+        self.lease_seconds = lease_seconds
         self.permits = ZombiePermits(worker_id, lease_seconds)
         # Attempts this process holds (a run retried onto this worker while an abandoned
         # thread of its previous attempt still runs is in it twice, as two attempts).
@@ -264,6 +265,17 @@ class Executor:
         whose outcome is still to be handed over): the permits filed for any other
         attempt of this worker are stale (the lease keeper sweeps them)."""
         return [h.lease_token for h in self.held]
+
+    def holds(self, held: Held) -> bool:
+        """Whether this worker knows it still holds `held`'s run (any thread): not lost,
+        canceled or released, and its leases renewed within the last third of the lease
+        (the lease keeper renews every third)."""
+        left = self.completer.lease_left
+        return (
+            not (held.lost or held.released)
+            and left is not None
+            and left() > self.lease_seconds / 3
+        )
 
     def lose(self, run_id: int, why: str) -> None:
         """Stop a run we hold without writing its outcome: the lease is no longer ours."""
