@@ -232,11 +232,13 @@ async def _close_with_loop(pool: AsyncConnectionPool[AsyncConn]) -> None:
 class GroupCommit:
     """Single-run enqueues of one event loop, without a connection of their own, written
     together (client-side group commit). A lone call, with no other run waiting or being
-    written, is written by its caller's own task at once. Otherwise a flusher takes every
-    run waiting, inserts them with one statement and one commit, and hands each caller its
-    handle. Up to `pool_size` writers (the lone caller, flushers) run at once, and calls
-    that arrive while they are busy share the next commit. A task that enqueues its
-    follow-up (a chain, a fan-out) then pays a share of one commit instead of a whole one.
+    written, is written by its caller's own task once the loop's current pass is over, if
+    no other call came in that pass. Otherwise a flusher takes every run waiting, inserts
+    them with one statement and one commit, and hands each caller its handle. Up to
+    `pool_size` writers (the lone caller, flushers) run at once, and calls that arrive
+    while they are busy share the next commit. A task that enqueues its follow-up (a
+    chain, a fan-out) then pays a share of one commit instead of a whole one: the tasks
+    one claim started enqueue in the same pass of the loop.
 
     Each caller's run is committed when its await returns. A caller cancelled while a
     flusher writes its run has it written all the same; a lone caller cancelled while it
@@ -251,20 +253,39 @@ class GroupCommit:
         self.waiting: list[tuple[RunRow, asyncio.Future[RunHandle]]] = []
         self.flushers: set[asyncio.Task[None]] = set()
         self.alone = 0  # lone callers writing their own run (0 or 1)
+        self.gathering = False  # the lone caller waits for the loop's pass to end
 
     async def insert(self, row: RunRow) -> RunHandle:
         if not self.waiting and not self.flushers and not self.alone:
             # Written by this task: no flusher task and no future to hand the handle
-            # over (bench/RESULTS.md, "Single enqueue").
+            # over (bench/RESULTS.md, "Single enqueue"), unless other calls came in the
+            # same pass of the loop (the tasks one claim started, each enqueuing its
+            # follow-up): then a flusher writes them all with one commit.
             self.alone = 1
+            self.gathering = True
             try:
-                return (await self.app._insert_now([row], None))[0]
-            finally:
+                await asyncio.sleep(0)
+            except BaseException:
                 self.alone = 0
-                self._start()  # for the calls that came meanwhile, if no flusher took them
+                self._start()
+                raise
+            finally:
+                self.gathering = False
+            if not self.waiting:
+                try:
+                    return (await self.app._insert_now([row], None))[0]
+                finally:
+                    self.alone = 0
+                    self._start()  # for the calls that came meanwhile
+            self.alone = 0
+            mine: asyncio.Future[RunHandle] = self.loop.create_future()
+            self.waiting.insert(0, (row, mine))
+            self._start()
+            return await mine
         future: asyncio.Future[RunHandle] = self.loop.create_future()
         self.waiting.append((row, future))
-        self._start()
+        if not self.gathering:  # (a gathering lone caller starts the flusher)
+            self._start()
         return await future
 
     def _start(self) -> None:
