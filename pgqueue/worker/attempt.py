@@ -183,7 +183,7 @@ async def attempt(executor: Executor, held: Held) -> Outcome | None:
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
             # this attempt's own asyncio task (Executor.execute): its own context
             _CURRENT.set(held.ctx)
-            coro = task.fn(*task.run_ctx_args(held.ctx, args), **kwargs)
+            coro = task.fn(*args, **kwargs)  # never a workflow: those are sync (Task)
             try:
                 result = await _await_async(executor, held, coro, held.row.timeout_seconds)
             finally:

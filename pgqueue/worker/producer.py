@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from pgqueue.worker.maintenance.queue_limits import QueueLimits
 
 log = logging.getLogger("pgqueue.worker")
+
+_CLAIM_ORDER = attrgetter("priority", "id")  # the order a claim's runs start in
 
 CLAIM_BATCH_MIN = 50  # a claim is split (see Producer.claim_batch) only above this size
 CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
@@ -374,7 +377,7 @@ class Producer:
         self.stats["claimed"] += claimed
         if Undecodable.made != undecodable:  # not per run: only when a document failed
             rows = self.executor.refuse_undecodable(rows)
-        rows.sort(key=lambda r: (r.priority, r.id))
+        rows.sort(key=_CLAIM_ORDER)
         start = self._start_task
         assert start is not None  # set by open(), before any claim
         executor = self.executor
