@@ -904,12 +904,25 @@ class Pings:
         self.sock.close()
 
 
-def pickup(lib: Lib, n: int, warmup: int, seed: int) -> tuple[list[float], int]:
+@dataclass
+class Pickups:
+    """One pickup series, ms per ping: from the enqueue call to the task's start (`total`),
+    split at the enqueue's return: the call itself (its statement and commit) and what
+    follows it (NOTIFY delivery, the claim, the task's start)."""
+
+    total: list[float]
+    call: list[float]
+    after: list[float]
+    lost: int
+
+
+def pickup(lib: Lib, n: int, warmup: int, seed: int) -> Pickups:
     """An idle worker; enqueue a ping every 15-35 ms; ms from enqueue call to task start,
     and how many pings had not run STRAGGLERS seconds after the last was sent. Those count
     as that wait (a lower bound, so they land in the tail, not out of the sample)."""
     pings = Pings(lib)
     sent: dict[int, float] = {}
+    returned: dict[int, float] = {}
     rng = random.Random(seed)
     with psycopg.connect(lib.dsn, autocommit=True) as conn:
         settle(conn)
@@ -919,6 +932,7 @@ def pickup(lib: Lib, n: int, warmup: int, seed: int) -> tuple[list[float], int]:
             for i in range(n + warmup):
                 sent[i] = time.time()
                 lib.ping(i)
+                returned[i] = time.time()
                 pings.collect(time.monotonic() + rng.uniform(0.015, 0.035))
             deadline = time.monotonic() + STRAGGLERS
             for i in sent:
@@ -932,7 +946,13 @@ def pickup(lib: Lib, n: int, warmup: int, seed: int) -> tuple[list[float], int]:
     lost = [i for i in range(warmup, n + warmup) if i not in got]
     if len(lost) > n // 2:
         raise RuntimeError(f"{lib.name}: {len(lost)} of {n} pings never ran")
-    return [1000 * (got.get(i, given_up) - sent[i]) for i in range(warmup, n + warmup)], len(lost)
+    measured = range(warmup, n + warmup)
+    return Pickups(
+        total=[1000 * (got.get(i, given_up) - sent[i]) for i in measured],
+        call=[1000 * (returned[i] - sent[i]) for i in measured],
+        after=[1000 * (got[i] - returned[i]) for i in measured if i in got],
+        lost=len(lost),
+    )
 
 
 STRAGGLERS = 10.0  # seconds pickup() waits for the last pings
@@ -996,6 +1016,9 @@ class Samples:
     p50: list[float] = field(default_factory=list)
     p95: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
+    call_p50: list[float] = field(default_factory=list)
+    after_p50: list[float] = field(default_factory=list)
+    after_p99: list[float] = field(default_factory=list)
     chain: list[float] = field(default_factory=list)
     chain_p50: list[float] = field(default_factory=list)
     chain_p95: list[float] = field(default_factory=list)
@@ -1063,10 +1086,18 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
                 setting = f", --concurrency {concurrency}" if concurrency else ""
                 log(f"deep queue, {workers} worker(s){setting}: {rate:,.0f} jobs/s ({n:,} jobs)")
         if "pickup" in steps:
-            lat, lost = pickup(lib, args.pickups, 10, args.seed + r)
+            picked = pickup(lib, args.pickups, 10, args.seed + r)
+            lat, lost = picked.total, picked.lost
             for q, dest in ((50, s.p50), (95, s.p95), (99, s.p99)):
                 dest.append(percentile(lat, q))
-            log(f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms")
+            s.call_p50.append(percentile(picked.call, 50))
+            s.after_p50.append(percentile(picked.after, 50))
+            s.after_p99.append(percentile(picked.after, 99))
+            log(
+                f"pickup p50 {s.p50[-1]:.2f} p95 {s.p95[-1]:.2f} p99 {s.p99[-1]:.2f} ms"
+                f" (enqueue call p50 {s.call_p50[-1]:.2f}, after it p50 {s.after_p50[-1]:.2f}"
+                f" p99 {s.after_p99[-1]:.2f})"
+            )
             if lost:
                 s.notes.append(
                     f"r{r + 1}: {lost} of {args.pickups} pickup pings had not run"
@@ -1127,6 +1158,9 @@ ROWS = (
     ("p50", "idle pickup p50", "ms", False),
     ("p95", "idle pickup p95", "ms", False),
     ("p99", "idle pickup p99", "ms", False),
+    ("call_p50", "idle pickup: the enqueue call, p50", "ms", False),
+    ("after_p50", "idle pickup: from the enqueue's return to the task, p50", "ms", False),
+    ("after_p99", "idle pickup: from the enqueue's return to the task, p99", "ms", False),
     ("chain", "4-task chain (each task enqueues the next), 1 worker", "chains/s", True),
     ("chain_p50", "4-task chain end to end, idle worker, p50", "ms", False),
     ("chain_p95", "4-task chain end to end, idle worker, p95", "ms", False),
