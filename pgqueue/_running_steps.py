@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +66,11 @@ class RunningSteps:
     them (started on first use; a daemon, idle while nothing is due)."""
 
     def __init__(self) -> None:
+        self._forget()
+        if hasattr(os, "register_at_fork"):  # a forked child has no thread: it starts its own
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
         self._due: list[tuple[float, int, Shown]] = []
         self._order = itertools.count()
         self._wake = threading.Condition()

@@ -3,6 +3,7 @@ of its own, while the worker vouches for the lease; first, as the lease check, w
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -103,3 +104,23 @@ def test_a_lost_lease_is_found_before_the_body_unless_the_worker_vouches(
         durable.step("s", lambda: ran.append(True), (), {})
     assert ran == ([True] if vouched else [])
     assert _steps(conn, run_id) == []
+
+
+def test_a_forked_child_shows_its_steps_with_a_thread_of_its_own() -> None:
+    steps = RunningSteps()
+    first = threading.Event()
+    steps.show_later(first.set, after=0)
+    assert first.wait(10)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread did not come along
+        shown = threading.Event()
+        steps.show_later(shown.set, after=0)
+        os.write(write, b"1" if shown.wait(10) else b"0")
+        os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"1", "the child's step was never shown"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
