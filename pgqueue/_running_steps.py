@@ -3,7 +3,7 @@ thread of its own once a step has run for SHOWN_AFTER seconds.
 
 Why later, and not when the step starts: the row is only for looking at (nothing reads it
 back; a replay looks for `succeeded`), and a step that ends sooner writes its outcome, with
-its `started_at`, in the one statement it needs anyway. Written at the start, it cost every
+its `started_at`, in the one statement it needs anyway. Written at the start, it would cost every
 step a second round trip on the workflow's thread. A step is only started this way while
 its worker knows it still holds the run (Durable.step: not lost, not canceled, and the
 leases renewed within the last third of the lease); otherwise its `running` row is written
