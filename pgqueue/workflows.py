@@ -120,16 +120,20 @@ class Durable:
             }
         return self._steps.get(name)
 
-    def _write(
+    def record(
         self,
         name: str,
         state: str,
+        *,
         output: str | None = None,
         error: str | None = None,
         started_at: datetime | None = None,
         conn: Any = None,
-    ) -> Any:
-        """Write a step's row (any thread); raises LeaseLost if the lease is gone."""
+        remember: bool = True,
+    ) -> StepRecord:
+        """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
+        LeaseLost if the lease is gone. Not `remember`: from another thread (a running
+        step's row, _running_steps), which leaves this attempt's records alone."""
         params = {
             "run_id": self.run_id,
             "lease_token": self.lease_token,
@@ -149,25 +153,12 @@ class Durable:
                 f"run {self.run_id} is no longer held by this worker; "
                 f"step {name!r} was not recorded"
             )
-        return row
-
-    def record(
-        self,
-        name: str,
-        state: str,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        started_at: datetime | None = None,
-        conn: Any = None,
-    ) -> StepRecord:
-        """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
-        LeaseLost if the lease is gone."""
-        row = self._write(name, state, output, error, started_at, conn)
-        self.db_now = row[2]
         record = StepRecord(
             name, state, None if output is None else _json.loads(output), error, row[1]
         )
+        if not remember:
+            return record
+        self.db_now = row[2]
         assert self._steps is not None
         self._steps[name] = record
         return record
@@ -195,7 +186,7 @@ class Durable:
         shown = None
         if self.holds is not None and self.holds():
             shown = RUNNING_STEPS.show_later(
-                functools.partial(self._write, name, "running", started_at=started)
+                functools.partial(self.record, name, "running", started_at=started, remember=False)
             )
         else:
             self.record(name, "running", started_at=started)
