@@ -106,6 +106,9 @@ def test_a_lost_lease_is_found_before_the_body_unless_the_worker_vouches(
     assert _steps(conn, run_id) == []
 
 
+# The child only runs RunningSteps (reset at fork) and writes to a pipe: no lock another
+# thread of the test session could hold is used there.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_shows_its_steps_with_a_thread_of_its_own() -> None:
     steps = RunningSteps()
     first = threading.Event()
