@@ -125,6 +125,8 @@ class Task(Generic[P, R]):
         self.on_success = on_success
         self.on_failure = on_failure
         self.on_retry = on_retry
+        # Whether any hook follows an attempt: the worker's per-run test (most tasks have none)
+        self.has_hooks = on_success is not None or on_failure is not None or on_retry is not None
         self.workflow = workflow
         self.is_async = inspect.iscoroutinefunction(fn)
         if workflow and self.is_async:

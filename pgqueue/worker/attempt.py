@@ -212,13 +212,7 @@ async def traced_attempt(executor: Executor, held: Held, tracing: Tracing) -> Ou
 def in_thread(task: Task[Any, Any] | None) -> bool:
     """Whether an attempt of `task` runs wholly in a worker thread (attempt_in_thread):
     a sync task with no hook (a hook runs after the write, from the event loop)."""
-    return (
-        task is not None
-        and not task.is_async
-        and task.on_success is None
-        and task.on_failure is None
-        and task.on_retry is None
-    )
+    return task is not None and not task.is_async and not task.has_hooks
 
 
 def attempt_in_thread(executor: Executor, held: Held, task: Task[Any, Any]) -> Outcome | None:

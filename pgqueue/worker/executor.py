@@ -143,9 +143,7 @@ class Executor:
     def hooked(self, held: Held, outcome: Outcome) -> bool:
         """A hook of the run's task follows this outcome's write."""
         task = self.app.tasks.get(held.row.task)
-        if task is None or (
-            task.on_success is None and task.on_failure is None and task.on_retry is None
-        ):
+        if task is None or not task.has_hooks:
             return False  # most tasks: no hook at all, decided without a call
         return _attempt.hook_for(task, outcome) is not None
 
