@@ -265,22 +265,15 @@ class GroupCommit:
             self.gathering = True
             try:
                 await asyncio.sleep(0)
-            except BaseException:
-                self.alone = 0
-                self._start()
-                raise
+                self.gathering = False
+                if not self.waiting:
+                    return (await self.app._insert_now([row], None))[0]
+                mine: asyncio.Future[RunHandle] = self.loop.create_future()
+                self.waiting.insert(0, (row, mine))
             finally:
                 self.gathering = False
-            if not self.waiting:
-                try:
-                    return (await self.app._insert_now([row], None))[0]
-                finally:
-                    self.alone = 0
-                    self._start()  # for the calls that came meanwhile
-            self.alone = 0
-            mine: asyncio.Future[RunHandle] = self.loop.create_future()
-            self.waiting.insert(0, (row, mine))
-            self._start()
+                self.alone = 0
+                self._start()  # the calls that came meanwhile, with this one's if they did
             return await mine
         future: asyncio.Future[RunHandle] = self.loop.create_future()
         self.waiting.append((row, future))
