@@ -24,7 +24,9 @@ class QueueDepth(Service):
         self.metrics = metrics
 
     async def tick(self) -> float:
-        async with self.pool.connection() as conn:
+        async with self.pool.connection() as conn, conn.transaction():
+            # a deep backlog prices the counts above jit_above_cost (sql/no_jit.sql)
+            await conn.execute(_sql.query("no_jit"))
             cur = await conn.execute(_sql.query("queue_depth"), {"queues": self.queues})
             self.metrics.set_depth(list(await cur.fetchall()))
         return INTERVAL
