@@ -6,9 +6,10 @@
 - the pure-Python parts of `Task.enqueue`, with timeit (best of 5 x 20,000): building and
   checking the row (`Task.make_row`), choosing the statement and its parameters
   (`pgqueue._inserts.Insert`), making the handle;
-- bench.enqueue's bare statement and pgqueue's enqueue_run.sql, 2,000 times each inside one
-  transaction (a round trip and the execution, no commit flush) and 1,000 times each in
-  autocommit (plus the flush), with wall and client CPU (process_time) per call;
+- bench.enqueue's bare statement and `Task.enqueue`'s (enqueue_run_plain.sql), 2,000 times
+  each inside one transaction (a round trip and the execution, no commit flush) and 1,000
+  times each in autocommit (plus the flush), with wall and client CPU (process_time) per
+  call;
 - three rounds of bench.enqueue's four psycopg sides back to back (1,000 calls each, in
   the same process): wall and client CPU (process_time) per call;
 - cProfile of 2,000 `Task.enqueue` and 2,000 `await Task.enqueue_async` calls.

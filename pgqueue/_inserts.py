@@ -2,13 +2,16 @@
 statement inserts the rows and with what parameters, the lookup of idempotency keys that
 were already taken, and how the answers become RunHandles.
 
-- one run: sql/enqueue_run.sql (a plain INSERT; its ON CONFLICT costs nothing on one row);
+- one run: sql/enqueue_run_plain.sql when it is due now and has none of the rarer options
+  (nearly every enqueue()), else sql/enqueue_run.sql (its ON CONFLICT costs nothing on one
+  row). Both answer a row per run inserted, not the batch statements' aggregated row;
 - several runs: one JSON document, sql/enqueue_runs.sql, or sql/enqueue_runs_keyed.sql when
   some run has an idempotency key (ON CONFLICT makes every row a speculative insertion,
   about 9% of the server's time per row, so batches without keys go without it);
 - runs with a unique key: sql/enqueue_unique.sql, a call of pgqueue.enqueue_unique()
   (sql/functions/), which loops per run over the cases of a key in scope.
-Every statement takes `batch_id`: the app.batch() the runs join (pgqueue.batches), or NULL.
+Every statement but enqueue_run_plain.sql takes `batch_id`: the app.batch() the runs join
+(pgqueue.batches), or NULL, and `headers`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 # Values already checked: only the run's own fields (str, int, float, None) go through it.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
-Found = Sequence[Any] | None  # the statements' one row: (ids, keys, notified)
+Found = Sequence[Any] | None  # (ids, keys) of the runs inserted, see Insert.found
 Existing = Sequence[Sequence[Any]]  # runs_by_idempotency_key.sql's (id, key) rows
 
 
@@ -39,8 +42,8 @@ def _ids_keys(found: Found) -> tuple[list[int], list[str | None]]:
 
 
 class Insert:
-    """One insert_runs call: run `query` with `params` and fetch its one row (`found`), then
-    `lookup(found)` if it returns a statement (keys that other runs held), then
+    """One insert_runs call: run `query` with `params` and fetch its one row, `found(row)`,
+    then `lookup(found)` if it returns a statement (keys that other runs held), then
     `handles(found, existing)`."""
 
     def __init__(
@@ -57,9 +60,16 @@ class Insert:
         self.keyed = (
             not plain and not self.unique and any(r.idempotency_key is not None for r in rows)
         )
+        # a single-run statement: a row per run inserted (none for a key that was taken)
+        self.one = not plain and not self.unique and len(rows) == 1
+        self.params: dict[str, Any]
         if self.unique:
             self.query = _sql.query("enqueue_unique")
-            self.params: dict[str, Any] = {"runs": _unique_document(rows)}
+            self.params = {"runs": _unique_document(rows)}
+        elif self.one and headers is None and batch_id is None and _plain(rows[0]):
+            self.query, self.params = _sql.query("enqueue_run_plain"), _plain_fields(rows[0])
+            self.params["notify"] = app.notify
+            return
         else:
             self.query, self.params = _statement(rows, self.keyed)
         self.params["batch_id"] = batch_id
@@ -67,6 +77,14 @@ class Insert:
         # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
         # when the app is traced (pgqueue.contrib.otel), else NULL
         self.params["headers"] = headers
+
+    def found(self, row: Sequence[Any] | None) -> Found:
+        """The statement's answer as (ids, keys), or for enqueue_unique.sql (ids,
+        created): the single-run statements' row (id, key, _) or none, the others' one
+        row (ids, keys, notified)."""
+        if self.one:
+            return ([], []) if row is None else ([row[0]], [row[1]])
+        return row
 
     def lookup(self, found: Found) -> tuple[LiteralString, dict[str, Any]] | None:
         """The query for the runs that already held a key (the insert skipped them)."""
@@ -155,6 +173,30 @@ def _fields(row: RunRow) -> dict[str, Any]:
         "run_at": row.run_at,
         "delay": row.delay,
         "parent_id": row.parent_id,
+    }
+
+
+def _plain(row: RunRow) -> bool:
+    """Whether enqueue_run_plain.sql inserts this run: due now, no key, group or parent
+    (and, checked by the caller, no trace headers or batch)."""
+    return (
+        row.run_at is None
+        and row.delay is None
+        and row.group_key is None
+        and row.idempotency_key is None
+        and row.parent_id is None
+    )
+
+
+def _plain_fields(row: RunRow) -> dict[str, Any]:
+    return {
+        "task": row.task,
+        "queue": row.queue,
+        "priority": row.priority,
+        "args": row.args,
+        "kwargs": row.kwargs,
+        "max_attempts": row.max_attempts,
+        "timeout_seconds": row.timeout_seconds,
     }
 
 

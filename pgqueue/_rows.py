@@ -60,9 +60,11 @@ class EnqueueOptions:
         return self.conn
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RunRow:
-    """One run ready for the enqueue statement (arguments already JSON)."""
+    """One run ready for the enqueue statement (arguments already JSON). Not changed once
+    built; not frozen, because a frozen dataclass's __init__ sets each of its 16 fields
+    through object.__setattr__: 1.9 us a row against 0.6, on every enqueue()."""
 
     task: str
     queue: str
@@ -267,7 +269,9 @@ def build_row(
         queue=check_name("queue", opts.queue or queue),
         priority=priority if opts.priority is None else check_priority(opts.priority),
         args=_json.dumps(list(args), what=what, limit=limit, max_depth=depth),
-        kwargs=_json.dumps(dict(kwargs), what=what, limit=limit, max_depth=depth),
+        kwargs="{}"
+        if not kwargs
+        else _json.dumps(dict(kwargs), what=what, limit=limit, max_depth=depth),
         max_attempts=(
             max_attempts if opts.max_attempts is None else check_max_attempts(opts.max_attempts)
         ),

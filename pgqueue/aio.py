@@ -169,7 +169,7 @@ class AsyncApp:
         not GroupCommit's shared one."""
         op = _inserts.Insert(self._app(), rows, headers)
         async with self.async_connection(conn) as c:
-            found = await (await c.execute(op.query, op.params)).fetchone()
+            found = op.found(await (await c.execute(op.query, op.params)).fetchone())
             lookup = op.lookup(found)
             existing = await (await c.execute(*lookup)).fetchall() if lookup else []
         return op.handles(found, existing)

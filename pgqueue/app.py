@@ -364,7 +364,7 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
         this)."""
         op = _inserts.Insert(self, rows, headers, batch_id)
         with self.connection(caller) as c:
-            found = c.execute(op.query, op.params).fetchone()
+            found = op.found(c.execute(op.query, op.params).fetchone())
             lookup = op.lookup(found)
             existing = c.execute(*lookup).fetchall() if lookup else []
         return op.handles(found, existing)

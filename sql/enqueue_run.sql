@@ -1,8 +1,11 @@
--- Insert one run (enqueue, enqueue_by_name): what enqueue_runs.sql does for a batch, with
--- the values as parameters and no JSON document to take apart (a little faster per call).
--- Due now: `queued`, and a NOTIFY of its queue (delivered at commit); later: `scheduled`.
--- A taken idempotency key inserts nothing and returns no id: the caller looks the
--- holder up (runs_by_idempotency_key.sql).
+-- Insert one run with any of the options (enqueue with options, enqueue_by_name; the plain
+-- case is enqueue_run_plain.sql): what enqueue_runs.sql does for a batch, with the values
+-- as parameters and no JSON document to take apart. Due now: `queued`, and a NOTIFY of its
+-- queue (delivered at commit); later: `scheduled`.
+-- A row (id, idempotency_key, _) for the run inserted; none when its idempotency key was
+-- taken: the caller looks the holder up (runs_by_idempotency_key.sql). Not the batch
+-- statements' one aggregated row: aggregating a single row cost the server about 17 us
+-- a call (bench/RESULTS.md, "Single enqueue").
 WITH inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, idempotency_key, run_at, parent_id,
@@ -23,8 +26,7 @@ WITH inserted AS (
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, state, idempotency_key
 )
--- The batch statements' shape: one row of (ids, keys, notified).
-SELECT array_agg(id) AS ids, array_agg(idempotency_key) AS keys,
-       (SELECT count(pg_notify('pgqueue_queued', queue))
-          FROM inserted WHERE state = 'queued' AND %(notify)s::boolean) AS notified
+SELECT id, idempotency_key,
+       CASE WHEN state = 'queued' AND %(notify)s::boolean
+            THEN pg_notify('pgqueue_queued', queue) END
 FROM inserted

@@ -595,6 +595,59 @@ def test_plain_batches_insert_what_the_general_statement_does(
     assert not group_by_args.plain  # its elements carry a group: the general statement
 
 
+def test_a_plain_single_run_inserts_what_the_general_statement_does(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """enqueue_run_plain.sql (one run due now, without key, group, parent, headers or
+    batch) writes the same row, flagged the same way, and answers the same (id, key) as
+    enqueue_run.sql; every other single run takes the general statement."""
+    from pgqueue import _inserts
+    from pgqueue.tasks import EnqueueOptions
+
+    app.set_limits("lim", concurrency=2, group_concurrency=None)
+
+    @app.task(queue="lim", priority=3, max_attempts=5, timeout=7)
+    def limited(a: int, b: int = 0) -> None: ...
+
+    @app.task
+    def bare(a: int) -> None: ...
+
+    columns = (
+        "task, queue, state, priority, args, kwargs, max_attempts, timeout_seconds, group_key,"
+        " idempotency_key, parent_id, limited, attempt, notify_done, headers, batch_id,"
+        " run_at = created_at AS due_now"
+    )
+    for task, args, kwargs in ((limited, (1,), {"b": 2}), (bare, ("x",), {})):
+        row = task.make_row(args, kwargs, EnqueueOptions())
+        op = _inserts.Insert(app, [row])
+        assert op.query == _sql.query("enqueue_run_plain")
+        general = _inserts._fields(row) | {"headers": None, "batch_id": None, "notify": True}
+        stored = []
+        for query, params in ((op.query, op.params), (_sql.query("enqueue_run"), general)):
+            found = op.found(conn.execute(query, params).fetchone())
+            assert found is not None and found[1] == [None]
+            stored.append(
+                conn.execute(
+                    f"SELECT {columns} FROM pgqueue.runs WHERE id = %s", (found[0][0],)
+                ).fetchone()
+            )
+        assert stored[0] == stored[1]
+        assert stored[0] is not None and stored[0][11] == (task is limited)
+    general_cases = [
+        EnqueueOptions(delay=0),
+        EnqueueOptions(run_at=datetime.now(UTC)),
+        EnqueueOptions(group="g"),
+        EnqueueOptions(idempotency_key="k"),
+        EnqueueOptions(parent_id=1),
+    ]
+    for opts in general_cases:
+        op = _inserts.Insert(app, [bare.make_row((1,), {}, opts)])
+        assert op.query == _sql.query("enqueue_run"), opts
+    row = bare.make_row((1,), {}, EnqueueOptions())
+    assert _inserts.Insert(app, [row], headers="{}").query == _sql.query("enqueue_run")
+    assert _inserts.Insert(app, [row], batch_id=1).query == _sql.query("enqueue_run")
+
+
 # -- hostile input: refused before anything is stored (DESIGN 13) -------------------------
 
 

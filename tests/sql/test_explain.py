@@ -171,12 +171,14 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
         ("enqueue_runs_plain", batch),
         ("enqueue_runs_keyed", batch),
         ("enqueue_run", one),
+        ("enqueue_run_plain", one),
     ):
         text = plan(conn, name, params)
         assert scans(text) == [("ModifyTable", None)], (name, scans(text))
         arbiter = '"Conflict Arbiter Indexes": ["runs_idempotency_key_idx"]' in text
         # ON CONFLICT only where keys are
-        assert arbiter == (name not in ("enqueue_runs", "enqueue_runs_plain")), name
+        plain = ("enqueue_runs", "enqueue_runs_plain", "enqueue_run_plain")
+        assert arbiter == (name not in plain), name
     holders = plan(conn, "runs_by_idempotency_key", {"keys": ["key-1", "key-2"]})
     assert_uses(holders, "runs_idempotency_key_idx")
 

@@ -65,3 +65,5 @@ def test_a_part_is_replaced_where_it_stands_without_its_comments() -> None:
     assert _sql.part("queue_flags_runs") in _sql.part("enqueue_batch_input")
     for name in ("enqueue_run", "enqueue_runs", "enqueue_runs_keyed", "enqueue_runs_plain"):
         assert rule in _sql.query(name)
+    # the one statement without it inserts only runs due now: `queued` by the default
+    assert rule not in _sql.query("enqueue_run_plain")
