@@ -37,7 +37,12 @@ every --interval seconds (one "minute") a sampler records:
 History at scale (--history N): before the soak, N succeeded runs are bulk-loaded with
 finished_at spread over the --keep window, so that with N = rate x keep the pruner deletes
 about as many old runs per second as the producer adds: the table holds N finished runs
-throughout, and the question is whether anything drifts as it churns.
+throughout, and the question is whether anything drifts as it churns. A bulk load packs
+runs_pkey's leaf pages 90% full, where the workers' own writes leave them about half full:
+as the pruner replaces loaded runs by new ones, that index grows towards twice its loaded
+size, which takes two to three retention windows. --history-fillfactor 48 rebuilds it at
+the workers' density after the load, so that the soak starts from the history a running
+install has.
 
 Vacuum (--vacuum): autovacuum is off on the shared bench server, and the bench does not
 change server settings. `auto` (the default) uses the server's autovacuum when it is on and
@@ -136,6 +141,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=0,
         help="finished runs bulk-loaded before the soak, spread over the --keep window (a"
         " retention that prunes what arrives: --history = rate x keep is a steady state)",
+    )
+    p.add_argument(
+        "--history-fillfactor",
+        type=int,
+        metavar="PCT",
+        help="after the bulk load, rebuild runs_pkey with its leaf pages PCT%% full (48: how"
+        " full the workers' own writes leave them; the bulk load packs them 90%%)",
     )
     p.add_argument("--vacuum", choices=("auto", "server", "emulate", "off"), default="auto")
     p.add_argument("--naptime", type=float, help="emulated autovacuum_naptime (seconds)")
@@ -472,9 +484,13 @@ def read_probes(conn: Conn) -> dict[str, float]:
     return out
 
 
-def load_history(conn: Conn, n: int, keep: str) -> None:
+def load_history(conn: Conn, n: int, keep: str, fillfactor: int | None = None) -> None:
     """n succeeded runs of the soak's queue, finished uniformly over the last `keep`
-    (oldest first by id, as real history), then VACUUM ANALYZE."""
+    (oldest first by id, as real history), then VACUUM ANALYZE. With `fillfactor`,
+    runs_pkey is rebuilt with its leaf pages that full, then its fillfactor reset: a run's
+    claim and completion each add an entry next to its first (never HOT updates), so the
+    pages of history that workers wrote hold about half what a bulk load packs in, and an
+    install's history is of that kind (bench/RESULTS.md, "Why runs_pkey grows")."""
     seconds = parse_duration(keep).total_seconds()
     conn.execute(
         """
@@ -487,6 +503,14 @@ def load_history(conn: Conn, n: int, keep: str) -> None:
         """,
         {"queue": QUEUE, "n": n, "seconds": seconds},
     )
+    if fillfactor is not None:
+        conn.execute(
+            sql.SQL("ALTER INDEX pgqueue.runs_pkey SET (fillfactor = {})").format(
+                sql.Literal(fillfactor)
+            )
+        )
+        conn.execute("REINDEX INDEX pgqueue.runs_pkey")
+        conn.execute("ALTER INDEX pgqueue.runs_pkey RESET (fillfactor)")
     vacuum_analyze(conn)
 
 
@@ -703,10 +727,15 @@ def soak(args: argparse.Namespace, command: str, log: Any) -> dict[str, Any]:
     if args.history:
         t0 = time.perf_counter()
         with scratch.connect() as conn:
-            load_history(conn, args.history, args.keep)
+            load_history(conn, args.history, args.keep, args.history_fillfactor)
         log(
             f"history: {args.history:,} finished runs over {args.keep} in"
             f" {time.perf_counter() - t0:.0f} s"
+            + (
+                f", runs_pkey rebuilt {args.history_fillfactor}% full"
+                if args.history_fillfactor
+                else ""
+            )
         )
     apps.app.configure(dsn=dsn)
     extra = ["--keep-succeeded", args.keep]
