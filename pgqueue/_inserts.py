@@ -159,7 +159,8 @@ def _statement(rows: Sequence[RunRow], keyed: bool) -> tuple[LiteralString, dict
     return query, {"runs": document, **_NO_DEFAULTS}
 
 
-def _fields(row: RunRow) -> dict[str, Any]:
+def _plain_fields(row: RunRow) -> dict[str, Any]:
+    """The parameters of enqueue_run_plain.sql but `notify`: what every run has."""
     return {
         "task": row.task,
         "queue": row.queue,
@@ -168,12 +169,18 @@ def _fields(row: RunRow) -> dict[str, Any]:
         "kwargs": row.kwargs,
         "max_attempts": row.max_attempts,
         "timeout_seconds": row.timeout_seconds,
-        "group_key": row.group_key,
-        "idempotency_key": row.idempotency_key,
-        "run_at": row.run_at,
-        "delay": row.delay,
-        "parent_id": row.parent_id,
     }
+
+
+def _fields(row: RunRow) -> dict[str, Any]:
+    """Those of enqueue_run.sql: the plain ones and the rarer options."""
+    fields = _plain_fields(row)
+    fields["group_key"] = row.group_key
+    fields["idempotency_key"] = row.idempotency_key
+    fields["run_at"] = row.run_at
+    fields["delay"] = row.delay
+    fields["parent_id"] = row.parent_id
+    return fields
 
 
 def _plain(row: RunRow) -> bool:
@@ -186,18 +193,6 @@ def _plain(row: RunRow) -> bool:
         and row.idempotency_key is None
         and row.parent_id is None
     )
-
-
-def _plain_fields(row: RunRow) -> dict[str, Any]:
-    return {
-        "task": row.task,
-        "queue": row.queue,
-        "priority": row.priority,
-        "args": row.args,
-        "kwargs": row.kwargs,
-        "max_attempts": row.max_attempts,
-        "timeout_seconds": row.timeout_seconds,
-    }
 
 
 def _element(row: RunRow) -> str:
