@@ -62,21 +62,21 @@ class Insert:
         )
         # a single-run statement: a row per run inserted (none for a key that was taken)
         self.one = not plain and not self.unique and len(rows) == 1
+        bare = self.one and headers is None and batch_id is None and _plain(rows[0])
         self.params: dict[str, Any]
         if self.unique:
             self.query = _sql.query("enqueue_unique")
             self.params = {"runs": _unique_document(rows)}
-        elif self.one and headers is None and batch_id is None and _plain(rows[0]):
+        elif bare:
             self.query, self.params = _sql.query("enqueue_run_plain"), _plain_fields(rows[0])
-            self.params["notify"] = app.notify
-            return
         else:
             self.query, self.params = _statement(rows, self.keyed)
-        self.params["batch_id"] = batch_id
         self.params["notify"] = app.notify
-        # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
-        # when the app is traced (pgqueue.contrib.otel), else NULL
-        self.params["headers"] = headers
+        if not bare:
+            self.params["batch_id"] = batch_id
+            # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
+            # when the app is traced (pgqueue.contrib.otel), else NULL
+            self.params["headers"] = headers
 
     def found(self, row: Sequence[Any] | None) -> Found:
         """The statement's answer as (ids, keys), or for enqueue_unique.sql (ids,
