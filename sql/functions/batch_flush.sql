@@ -20,7 +20,9 @@
 -- enqueues the callback. pgqueue.batch_settle() checks, under the row lock, that none was
 -- enqueued yet: the callback is enqueued once, whichever path gets there.
 CREATE OR REPLACE FUNCTION pgqueue.batch_flush() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     near_end CONSTANT integer := 1000;
     changes text := current_setting('pgqueue.batch_changes', true);

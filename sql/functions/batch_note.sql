@@ -18,7 +18,9 @@
 -- called for members of a batch (the condition tests batch_id first).
 CREATE OR REPLACE FUNCTION pgqueue.batch_note(old_state text, new_state text, batch bigint)
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     succeeded integer := (new_state = 'succeeded')::integer - (old_state = 'succeeded')::integer;
     failed integer := (new_state = 'failed')::integer - (old_state = 'failed')::integer;

@@ -9,7 +9,9 @@
 -- The callback receives the batch's kwargs plus `batch`, the counts; its idempotency key
 -- is derived from the batch, a second guard against a second callback.
 CREATE OR REPLACE FUNCTION pgqueue.batch_settle(batch bigint) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     b record;
     n record;

@@ -8,7 +8,9 @@
 -- while it runs on. The worker deletes the row when the code returns (the lease keeper
 -- sweeps any it no longer runs); the row counts only while that worker beats, as a lease.
 CREATE OR REPLACE FUNCTION pgqueue.cancel(run_id bigint, children boolean DEFAULT false, reason text DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     r record;

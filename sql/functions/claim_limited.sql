@@ -38,7 +38,9 @@ CREATE OR REPLACE FUNCTION pgqueue.claim_limited(
     p_lease_seconds double precision,
     p_finishing     uuid[] DEFAULT '{}'
 ) RETURNS SETOF pgqueue.runs
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     q        pgqueue.queues;
     busy     jsonb;                -- group -> runs holding a permit

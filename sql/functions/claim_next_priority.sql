@@ -3,7 +3,9 @@
 -- (A function: claim_limited() asks at the start and after each priority it finishes.)
 CREATE OR REPLACE FUNCTION pgqueue.claim_next_priority(
     p_queue text, p_after integer, p_hp smallint, p_hg text, p_hid bigint
-) RETURNS smallint LANGUAGE plpgsql STABLE AS $$
+) RETURNS smallint LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     lvl smallint;
 BEGIN

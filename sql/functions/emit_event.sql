@@ -9,7 +9,9 @@ CREATE OR REPLACE FUNCTION pgqueue.emit_event(
     payload jsonb DEFAULT NULL,
     delay   double precision DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     new_id bigint;

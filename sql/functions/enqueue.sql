@@ -14,7 +14,9 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     group_key       text DEFAULT NULL,
     timeout_seconds double precision DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     new_id bigint;

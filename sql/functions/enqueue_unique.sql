@@ -19,7 +19,9 @@
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_unique(runs jsonb, batch bigint, headers jsonb,
                                                   notify boolean)
 RETURNS TABLE (run_n bigint, run_id bigint, run_created boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     e jsonb;
     i bigint;

@@ -5,4 +5,5 @@
 -- interval: a double, where extract() makes a numeric, several times slower to compute.
 CREATE OR REPLACE FUNCTION pgqueue.latency_bin(seconds double precision) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT floor(16 * ln(greatest(seconds, 1e-5) * 1e5) / ln(2.0::float8))::smallint $$;

@@ -8,7 +8,9 @@
 -- transaction keeps the lock from us, re-flag without it: claim_limited() takes in what
 -- a late enqueue files wrongly.
 CREATE OR REPLACE FUNCTION pgqueue.queue_limits_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     now_limited boolean := NEW.concurrency IS NOT NULL OR NEW.group_concurrency IS NOT NULL
                            OR NEW.group_rate_limit IS NOT NULL OR NEW.ordered;

@@ -10,7 +10,9 @@ CREATE OR REPLACE FUNCTION pgqueue.rate_log_add(
     INOUT slots timestamptz[], INOUT counts integer[], n integer, at timestamptz,
     period double precision
 )
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 DECLARE
     grid double precision := period / 50;
     slot timestamptz := to_timestamp(ceil(extract(epoch FROM at) / grid) * grid);

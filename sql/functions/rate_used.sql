@@ -3,7 +3,9 @@
 CREATE OR REPLACE FUNCTION pgqueue.rate_used(
     slots timestamptz[], counts integer[], since timestamptz
 ) RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
     SELECT coalesce(sum(u.n), 0)::integer
       FROM unnest(slots, counts) AS u(slot, n)
      WHERE u.slot >= since

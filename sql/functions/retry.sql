@@ -1,6 +1,8 @@
 -- Put a finished run back in its queue for one more attempt; the retry is recorded.
 CREATE OR REPLACE FUNCTION pgqueue.retry(run_id bigint) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     q text;

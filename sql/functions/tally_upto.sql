@@ -5,4 +5,5 @@
 -- to be JIT-compiled: a second per query).
 CREATE OR REPLACE FUNCTION pgqueue.tally_upto() RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT upto FROM pgqueue.tally_mark $$;
