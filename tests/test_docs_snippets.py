@@ -109,3 +109,18 @@ def test_the_fastapi_service_of_the_asyncio_guide_runs_from_its_own_directory(
     assert out.split() == ["201", "409", "404", "queued"]
     sh("pgqueue worker --app main:tasks --burst", tmp_path, env)
     assert scalar(empty_database, "SELECT state FROM pgqueue.runs") == "succeeded"
+
+
+def test_install_hints_name_the_distribution() -> None:
+    """Every `pip install` hint in the docs, the README and the code's error messages names
+    the distribution pgqueue-jobs: the name pgqueue on the package index is another
+    project, so `pip install 'pgqueue[otel]'` would install that one."""
+    wrong = re.compile(r"\bpgqueue\[\w+\]")
+    files = [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "pgqueue").rglob("*.py")]
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if wrong.search(line.replace("pgqueue-jobs[", ""))
+    ]
+    assert not found, "install hints naming the wrong distribution:\n" + "\n".join(found)

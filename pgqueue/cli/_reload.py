@@ -3,7 +3,7 @@ runs the worker as a child process, the same command without --reload, started a
 whenever a Python file changes (as `uvicorn --reload` and `watchmedo auto-restart` do for
 Celery). A restart stops the child as Ctrl-C would: SIGINT, so it drains its running tasks
 and hands back the rest; one that is still running after `stop_timeout` seconds is killed
-(its runs come back when their leases expire). Needs watchfiles (`pgqueue[reload]`)."""
+(its runs come back when their leases expire). Needs watchfiles (`pgqueue-jobs[reload]`)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def supervise(dirs: Sequence[str], stop_timeout: float) -> None:
     try:
         import watchfiles
     except ImportError:
-        fail("--reload needs watchfiles: pip install 'pgqueue[reload]' (or watchfiles)")
+        fail("--reload needs watchfiles: pip install 'pgqueue-jobs[reload]' (or watchfiles)")
     paths = [str(Path(d).resolve()) for d in dirs] or [os.getcwd()]
     for path in paths:
         if not Path(path).is_dir():

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing for pgqueue: `pip install 'pgqueue[otel]'`, then
+"""OpenTelemetry tracing for pgqueue: `pip install 'pgqueue-jobs[otel]'`, then
 
     from pgqueue.contrib.otel import instrument
     instrument(app)
@@ -28,7 +28,7 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "pgqueue.contrib.otel needs OpenTelemetry: pip install 'pgqueue[otel]'"
+        "pgqueue.contrib.otel needs OpenTelemetry: pip install 'pgqueue-jobs[otel]'"
     ) from exc
 
 from pgqueue.states import RunState

@@ -92,7 +92,7 @@ def test_reload_without_watchfiles_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "watchfiles", None)  # import fails as if not installed
     result = cli(capsys, "worker", "--reload", "--app", "tests.apps.basic:app", "--dsn", dsn)
-    assert_user_error(result, "--reload needs watchfiles", "pgqueue[reload]")
+    assert_user_error(result, "--reload needs watchfiles", "pgqueue-jobs[reload]")
 
 
 @pytest.mark.parametrize(
