@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import shlex
 import statistics
 import threading
 import time
@@ -60,6 +61,8 @@ def onboarding(ctx: Context, user_id: int) -> dict[str, Any]:
     return {"user": profile["user"], "avatar": avatar["thumb"]}
 
 
+WORKFLOWS = 5  # onboarding runs (each also calls one child thumbnail run)
+
 SQL_EXAMPLES = """\
   -- what is in each queue?
   SELECT queue, state, count(*) FROM pgqueue.runs GROUP BY 1, 2 ORDER BY 1, 2;
@@ -67,8 +70,10 @@ SQL_EXAMPLES = """\
   SELECT r.id, r.task, e.attempt, e.kind, e.message
     FROM pgqueue.run_errors e JOIN pgqueue.runs r ON r.id = e.run_id
    ORDER BY e.id DESC LIMIT 5;
-  -- enqueue from SQL (a trigger can do this too)
-  SELECT pgqueue.enqueue('demo.thumbnail', '[42]');"""
+  -- enqueue from SQL (a trigger can do this too), into the demo's queue
+  SELECT pgqueue.enqueue('demo.thumbnail', '[42]', queue => 'demo');
+then run what is queued there (the demo's worker has stopped) and exit:
+  pgqueue worker --app pgqueue.demo:app --queues demo --burst --dsn {dsn}"""
 
 
 def run(dsn: str | None, count: int) -> None:
@@ -83,12 +88,17 @@ def run(dsn: str | None, count: int) -> None:
     db.connect(dsn).close()
     app.migrate()
 
-    click.echo(f"enqueueing {count} runs of 3 tasks and 5 workflows, one round trip each ...")
+    side = max(1, count // 4)  # runs of flaky_api and of rate_limited each
+    total = count + 2 * side + WORKFLOWS
+    click.echo(
+        f"enqueueing {total} runs ({count} thumbnail, {side} flaky_api, {side} rate_limited, "
+        f"{WORKFLOWS} onboarding workflows), one round trip per task ..."
+    )
     t0 = time.perf_counter()
     handles = thumbnail.enqueue_many([(i,) for i in range(count)])
-    handles += flaky_api.enqueue_many([(i,) for i in range(max(1, count // 4))])
-    handles += rate_limited.enqueue_many([(i,) for i in range(max(1, count // 4))])
-    flows = onboarding.enqueue_many([(i,) for i in range(5)])
+    handles += flaky_api.enqueue_many([(i,) for i in range(side)])
+    handles += rate_limited.enqueue_many([(i,) for i in range(side)])
+    flows = onboarding.enqueue_many([(i,) for i in range(WORKFLOWS)])
     handles += flows
     enqueue_ms = (time.perf_counter() - t0) * 1000
     ids = [h.id for h in handles]
@@ -135,4 +145,5 @@ def run(dsn: str | None, count: int) -> None:
         f"time from enqueue to start, p50: {statistics.median(pickups) * 1000:.0f} ms "
         "(the whole batch was queued before the worker started)"
     )
-    click.echo(f"\nall of it is plain SQL; try these in psql {db.redact(dsn)!r}:\n{SQL_EXAMPLES}")
+    click.echo(f"\nall of it is plain SQL; try these in psql {db.redact(dsn)!r}:")
+    click.echo(SQL_EXAMPLES.format(dsn=shlex.quote(db.redact(dsn))))

@@ -7,7 +7,7 @@ import time
 import click
 
 from pgqueue import db, retention
-from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
+from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, table
 
 
 @click.command()
@@ -26,10 +26,16 @@ def workers(dsn: str | None, embedded: bool, as_json: bool) -> None:
 @click.option(
     "--dsn", envvar=db.DSN_ENV, default=None, help="Use this server instead of the embedded one."
 )
+@click.option(
+    "--embedded", is_flag=True, help="Use the shared local embedded PostgreSQL (the default)."
+)
 @click.option("--runs", "count", default=200, show_default=True, type=click.IntRange(1, 100000))
-def demo(dsn: str | None, count: int) -> None:
+def demo(dsn: str | None, embedded: bool, count: int) -> None:
     """Show pgqueue working: a batch of tasks through a real worker, then inspection."""
     from pgqueue import demo as demo_module
+
+    if dsn and embedded:
+        fail("give either --dsn or --embedded, not both")
 
     demo_module.run(dsn, count)
 
