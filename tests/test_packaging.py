@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import pgqueue
 from pgqueue import migrate
 from tests.helpers import ROOT, scalar
 from tests.webapps import Databases
@@ -64,10 +65,13 @@ def test_wheel_and_sdist_install_and_run_from_elsewhere(
 ) -> None:
     databases, names = fresh_databases
     dist = tmp_path / "dist"
-    run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=tmp_path)
+    log = run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=tmp_path)
+    # Every folder that ships is a declared package, and the license is an SPDX expression.
+    assert "would be ignored" not in log and "deprecated" not in log, log
     (wheel,) = dist.glob("pgqueue_jobs-*.whl")
     (sdist,) = dist.glob("pgqueue_jobs-*.tar.gz")
     check_metadata(wheel)
+    run([sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)], cwd=tmp_path)
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -100,6 +104,9 @@ def check_metadata(wheel: Path) -> None:
         (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         text = archive.read(metadata).decode()
     assert f"Name: {DISTRIBUTION}\n" in text
+    assert f"Version: {pgqueue.__version__}\n" in text  # the one place it is written
+    assert "License-Expression: MIT\n" in text and "Classifier: Typing :: Typed" in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in archive.namelist())
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
     django_tasks = [r for r in requires if "django-tasks" in r and 'extra == "django"' in r]
     assert len(django_tasks) == 1 and 'python_version < "3.12"' in django_tasks[0], requires
