@@ -3,12 +3,13 @@ tables and JSON, and user errors (one line on stderr, exit 2; see pgqueue.cli.ma
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -112,23 +113,35 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> None:
         return
     cells = [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    header = "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))
+    click.echo(header.rstrip())
     for row in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
 def cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return when(value)
     if isinstance(value, float):
         return f"{value:.1f}"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        text = ",".join(printable(v) for v in value)  # queues: as `pgqueue stats` prints them
+        return text if len(text) <= 40 else text[:37] + "..."
     if isinstance(value, (list, dict)):
         text = json.dumps(value)
         return text if len(text) <= 40 else text[:37] + "..."
     text = printable(str(value))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def when(value: datetime) -> str:
+    """A time as every command prints it: in UTC, and saying so."""
+    if value.tzinfo is not None:
+        with contextlib.suppress(OverflowError):  # datetime.max/min stand for out of range
+            value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def parse_json(option: str, text: str | None, kind: type) -> Any:

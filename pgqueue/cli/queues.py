@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pgqueue._bulk import DEFAULT_BATCH, purge_filter
@@ -9,24 +11,49 @@ from pgqueue._rates import KEEP, Keep
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
 
+# The table fits a terminal of 120 columns; --json has every field by its own name.
 QUEUE_COLUMNS = [
     "queue",
-    "paused",
     "queued",
     "scheduled",
     "running",
     "waiting",
-    "succeeded_last_hour",
-    "failed_last_hour",
-    "canceled_last_hour",
-    "oldest_queued_seconds",
-    "concurrency",
-    "group_concurrency",
-    "rate_limit",
-    "rate_used",
-    "group_rate_limit",
-    "ordered",
+    "ok/h",
+    "failed/h",
+    "canceled/h",
+    "oldest",
+    "limits",
 ]
+
+
+def queue_line(row: dict[str, Any]) -> dict[str, Any]:
+    """A queue_summary row as the table shows it: the last hour's outcomes under short
+    names, the oldest queued run's age, and the limits in one column."""
+    oldest = row["oldest_queued_seconds"]
+    return row | {
+        "ok/h": row["succeeded_last_hour"],
+        "failed/h": row["failed_last_hour"],
+        "canceled/h": row["canceled_last_hour"],
+        "oldest": None if oldest is None else f"{oldest:.0f}s",
+        "limits": limits(row),
+    }
+
+
+def limits(row: dict[str, Any]) -> str:
+    """What holds a queue's runs back, in short: "paused, max 3, 1/group, 100/m (7 used),
+    5/s/group, ordered"; "-" when nothing does."""
+    parts = ["paused"] if row["paused"] else []
+    if row["concurrency"] is not None:
+        parts.append(f"max {row['concurrency']}")
+    if row["group_concurrency"] is not None:
+        parts.append(f"{row['group_concurrency']}/group")
+    if row["rate_limit"]:
+        parts.append(f"{row['rate_limit']} ({row['rate_used'] or 0} used)")
+    if row["group_rate_limit"]:
+        parts.append(f"{row['group_rate_limit']}/group")
+    if row["ordered"]:
+        parts.append("ordered")
+    return ", ".join(parts) or "-"
 
 
 @click.group(invoke_without_command=True)
@@ -42,7 +69,7 @@ def queues(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool) -
     if as_json:
         echo_json(summary)
         return
-    table(summary, QUEUE_COLUMNS)
+    table([queue_line(row) for row in summary], QUEUE_COLUMNS)
     busiest = [g for g in app.groups(limit=5) if g["group_key"]]
     if busiest:
         click.echo("\nbusiest groups:")

@@ -10,7 +10,16 @@ import click
 from pgqueue._inspect import wait_text
 from pgqueue._terminal import printable, seconds_text
 from pgqueue.cli import _bulk
-from pgqueue.cli._common import cell, db_options, echo_json, fail, json_option, open_app, table
+from pgqueue.cli._common import (
+    cell,
+    db_options,
+    echo_json,
+    fail,
+    json_option,
+    open_app,
+    table,
+    when,
+)
 from pgqueue.states import STATES
 
 
@@ -84,7 +93,7 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
     for e in errors:
         click.echo(
             f"\nattempt {e['attempt']} [{printable(str(e['kind']))}] "
-            f"{e['created_at']:%Y-%m-%d %H:%M:%S}: {printable(str(e['message']))}"
+            f"{when(e['created_at'])}: {printable(str(e['message']))}"
         )
         if e["traceback"]:
             click.echo(printable(e["traceback"].rstrip(), lines=True))

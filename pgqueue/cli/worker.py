@@ -173,7 +173,8 @@ def worker_retention(
 @click.option(
     "--reload",
     is_flag=True,
-    help="Development: restart the worker whenever a .py file changes (needs pgqueue-jobs[reload]).",
+    help="Development: restart the worker whenever a .py file changes "
+    "(needs pgqueue-jobs[reload]).",
 )
 @click.option(
     "--reload-dir",

@@ -44,7 +44,7 @@ def test_enqueue_list_show_cancel_retry(capsys: Any, dsn: str, app: pgqueue.App)
     assert json.loads(out)[0]["queued"] == 1
     assert cli(capsys, "queues", "pause", "default", "--dsn", dsn)[0] == 0
     code, out, _ = cli(capsys, "queues", "--dsn", dsn)
-    assert code == 0 and "True" in out
+    assert code == 0 and "paused" in out.splitlines()[1]
     code, out, _ = cli(capsys, "workers", "--dsn", dsn, "--json")
     assert code == 0 and json.loads(out) == []
 

@@ -34,7 +34,8 @@ def test_queues_set_rate_limits_keeps_what_it_is_not_given(capsys: Any, dsn: str
     assert row["rate_used"] == 0 and row["ordered"] is False
     code, out, _ = cli(capsys, "queues", "--dsn", dsn)
     header = out.splitlines()[0]
-    assert "RATE_LIMIT" in header and "RATE_USED" in header and "100/m" in out
+    assert "LIMITS" in header and "max 3, 100/m (0 used), 5/s/group" in out
+    assert max(len(line) for line in out.splitlines()) <= 120, out
     assert cli(capsys, "queues", "set", "api", "--rate-limit", "0", "--dsn", dsn)[0] == 0
     row = queue_row(capsys, dsn, "api")
     assert (row["rate_limit"], row["rate_used"], row["group_rate_limit"]) == (None, None, "5/s")
