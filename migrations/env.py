@@ -1,10 +1,11 @@
 """Alembic environment for pgqueue: the version table lives in schema pgqueue, so it never
 collides with the application's own alembic history."""
 
-import psycopg
 import sqlalchemy
 from alembic import context
 from sqlalchemy.pool import NullPool
+
+from pgqueue import db
 
 SCHEMA = "pgqueue"
 # Any constant works; it only has to be the same for every pgqueue process.
@@ -28,7 +29,11 @@ def run_offline() -> None:
 def run_online() -> None:
     dsn = config.attributes["dsn"]
     engine = sqlalchemy.create_engine(
-        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
+        # search_path pinned (pgqueue.db.connect): the views and SQL functions a revision
+        # creates resolve their names once, at creation, with it
+        "postgresql+psycopg://",
+        creator=lambda: db.connect(dsn, autocommit=False),
+        poolclass=NullPool,
     )
     with engine.connect() as connection:
         context.configure(
