@@ -1,0 +1,398 @@
+"""search_path hijacking (docs/security.md, "search_path"): a role with no pgqueue grant
+and only CREATE on schema `public` (every role's default on PostgreSQL 13 and 14) creates
+functions, aggregates and operators there that match the calls of pgqueue's SQL better
+than the builtins do. Each records that it ran. Then pgqueue does all it does, as a worker
+role and as a superuser whose search_path is the default ("$user", public): none of them
+may run.
+
+pgqueue's functions pin search_path on themselves (migration 0021); its connections pin
+it at startup (pgqueue.db.PIN_SEARCH_PATH); a caller's connection keeps its own, and the
+statements pgqueue sends on it qualify what a better match could take."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import pgqueue
+from pgqueue.cli import main
+from tests.apps import pinned
+from tests.helpers import WorkerProcess, scalar, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+_serial = itertools.count()
+
+# (name, argument types, return type, the builtin call it stands in for): each is a better
+# match than the builtin for a call in pgqueue's SQL (an exact type where the builtin is
+# variadic "any", polymorphic, or needs an implicit cast).
+FUNCTIONS = [
+    ("format", "text, integer", "text", "pg_catalog.format($1, $2)"),
+    ("jsonb_build_object", "text, bigint", "jsonb", "pg_catalog.jsonb_build_object($1, $2)"),
+    ("jsonb_build_object", "text, integer", "jsonb", "pg_catalog.jsonb_build_object($1, $2)"),
+    (
+        "jsonb_build_object",
+        "text, timestamptz",
+        "jsonb",
+        "pg_catalog.jsonb_build_object($1, $2)",
+    ),
+    ("jsonb_build_object", "text, jsonb", "jsonb", "pg_catalog.jsonb_build_object($1, $2)"),
+    (
+        "jsonb_build_object",
+        "text, bigint, text, integer, text, integer, text, integer, text, integer",
+        "jsonb",
+        "pg_catalog.jsonb_build_object($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    ),
+    (
+        "concat_ws",
+        "text, bigint, integer, integer, integer",
+        "text",
+        "pg_catalog.concat_ws($1, $2, $3, $4, $5)",
+    ),
+    ("cardinality", "bigint[]", "integer", "pg_catalog.cardinality($1)"),
+    ("cardinality", "text[]", "integer", "pg_catalog.cardinality($1)"),
+    ("cardinality", "integer[]", "integer", "pg_catalog.cardinality($1)"),
+    ("cardinality", "timestamptz[]", "integer", "pg_catalog.cardinality($1)"),
+    ("array_append", "bigint[], bigint", "bigint[]", "pg_catalog.array_append($1, $2)"),
+]
+SET_RETURNING = [
+    ("unnest", "bigint[]", "bigint"),
+    ("unnest", "text[]", "text"),
+    ("unnest", "integer[]", "integer"),
+    ("unnest", "timestamptz[]", "timestamptz"),
+    ("unnest", "uuid[]", "uuid"),
+]
+# (operator, left, right, result, what it computes)
+OPERATORS = [
+    ("||", "bigint[]", "bigint", "bigint[]", "pg_catalog.array_append($1, $2)"),
+    ("||", "text[]", "text", "text[]", "pg_catalog.array_append($1, $2)"),
+    ("||", "integer[]", "integer", "integer[]", "pg_catalog.array_append($1, $2)"),
+    ("||", "timestamptz[]", "timestamptz", "timestamptz[]", "pg_catalog.array_append($1, $2)"),
+    ("||", "text", "bigint", "text", "pg_catalog.textcat($1, $2::text)"),
+    ("||", "text", "integer", "text", "pg_catalog.textcat($1, $2::text)"),
+    ("||", "integer", "text", "text", "pg_catalog.textcat($1::text, $2)"),
+    (
+        "/",
+        "numeric",
+        "double precision",
+        "double precision",
+        "pg_catalog.float8div($1::float8, $2)",
+    ),
+    (
+        "*",
+        "integer",
+        "double precision",
+        "double precision",
+        "pg_catalog.float8mul($1::float8, $2)",
+    ),
+    (
+        "*",
+        "double precision",
+        "numeric",
+        "double precision",
+        "pg_catalog.float8mul($1, $2::float8)",
+    ),
+    ("*", "integer", "interval", "interval", "pg_catalog.interval_mul($2, $1::float8)"),
+]
+# (aggregate, argument types, state type, state function's body)
+AGGREGATES = [
+    ("array_agg", "bigint", "bigint[]", "pg_catalog.array_append($1, $2)"),
+    ("array_agg", "text", "text[]", "pg_catalog.array_append($1, $2)"),
+    ("array_agg", "boolean", "boolean[]", "pg_catalog.array_append($1, $2)"),
+    (
+        "jsonb_object_agg",
+        "text, bigint",
+        "jsonb",
+        "COALESCE($1, '{}') OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object($2, $3)",
+    ),
+]
+
+
+def note(what: str) -> str:
+    literal = what.replace("'", "''")
+    return f"INSERT INTO public.hostile_log (fn) VALUES ('{literal}');"
+
+
+def hostile_ddl() -> list[str]:
+    """The hostile role's statements (it owns every object they create in `public`)."""
+    ddl = [
+        "CREATE TABLE public.hostile_log (fn text NOT NULL,"
+        " who text NOT NULL DEFAULT current_user)",
+        "GRANT INSERT ON public.hostile_log TO PUBLIC",
+    ]
+    for name, args, returns, call in FUNCTIONS:
+        ddl.append(
+            f"CREATE FUNCTION public.{name}({args}) RETURNS {returns} LANGUAGE plpgsql AS $$"
+            f" BEGIN {note(f'{name}({args})')} RETURN {call}; END $$"
+        )
+    for name, args, returns in SET_RETURNING:
+        ddl.append(
+            f"CREATE FUNCTION public.{name}({args}) RETURNS SETOF {returns} LANGUAGE plpgsql"
+            f" AS $$ BEGIN {note(f'{name}({args})')}"
+            f" RETURN QUERY SELECT pg_catalog.unnest($1); END $$"
+        )
+    for i, (op, left, right, returns, call) in enumerate(OPERATORS):
+        fn = f"public.hostile_op_{i}"
+        ddl.append(
+            f"CREATE FUNCTION {fn}({left}, {right}) RETURNS {returns} LANGUAGE plpgsql AS $$"
+            f" BEGIN {note(f'{left} {op} {right}')} RETURN {call}; END $$"
+        )
+        ddl.append(
+            f"CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, FUNCTION = {fn})"
+        )
+    for i, (name, args, state, body) in enumerate(AGGREGATES):
+        fn = f"public.hostile_agg_{i}"
+        ddl.append(
+            f"CREATE FUNCTION {fn}({state}, {args}) RETURNS {state} LANGUAGE plpgsql AS $$"
+            f" BEGIN {note(f'{name}({args})')} RETURN {body}; END $$"
+        )
+        ddl.append(f"CREATE AGGREGATE public.{name}({args}) (SFUNC = {fn}, STYPE = {state})")
+    return ddl
+
+
+def as_role(dsn: str, role: str) -> str:
+    params = conninfo_to_dict(dsn) | {"user": role}
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def unique_role(kind: str) -> str:
+    return f"pgq_{kind}_{os.getpid()}_{next(_serial)}"
+
+
+class Hostile:
+    """The hostile role's objects in the test database, and what of them ran."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def ran(self) -> list[tuple[str, str]]:
+        """(function, as which role) of every hostile call so far, distinct."""
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            rows = c.execute(
+                "SELECT DISTINCT fn, who FROM public.hostile_log ORDER BY 1, 2"
+            ).fetchall()
+        return [(str(fn), str(who)) for fn, who in rows]
+
+    def probe(self) -> None:
+        """Make sure the trap works: a call in the default search_path takes the bait."""
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            c.execute("SELECT format('%s', 1)")
+            row = c.execute("SELECT count(*) FROM public.hostile_log").fetchone()
+            assert row is not None and row[0] == 1, "the hostile format() did not run"
+            c.execute("TRUNCATE public.hostile_log")
+
+
+@pytest.fixture
+def roles(dsn: str) -> Iterator[Callable[[str], tuple[str, str]]]:
+    """roles(kind) -> (role, its DSN): a fresh LOGIN role, dropped at the end."""
+    made: list[str] = []
+
+    def make(kind: str) -> tuple[str, str]:
+        role = unique_role(kind)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        made.append(role)
+        return role, as_role(dsn, role)
+
+    yield make
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for role in reversed(made):
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def hostile(dsn: str, roles: Callable[[str], tuple[str, str]]) -> Hostile:
+    """A role with LOGIN and CREATE on `public` (as on PostgreSQL 13 and 14) and no
+    pgqueue grant, whose better-matching overloads wait in `public`."""
+    role, role_dsn = roles("hostile")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(role)))
+    with psycopg.connect(role_dsn, autocommit=True) as c:
+        for statement in hostile_ddl():
+            c.execute(statement)
+    found = Hostile(dsn)
+    found.probe()
+    return found
+
+
+def worker_role(dsn: str, roles: Callable[[str], tuple[str, str]]) -> tuple[str, str]:
+    """A role with `pgqueue grants ROLE --as worker`, as a deployment would make it."""
+    role, role_dsn = roles("worker")
+    with pytest.raises(SystemExit) as exc:
+        main(["grants", role, "--as", "worker", "--apply", "--dsn", dsn])
+    assert exc.value.code == 0
+    return role, role_dsn
+
+
+def exercise_sql(dsn: str) -> None:
+    """Every SQL entry point, from a plain connection with the default search_path."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SHOW search_path").fetchone() == ('"$user", public',)
+
+        def one(query: str, params: Any = None) -> Any:
+            row = c.execute(query, params).fetchone()
+            assert row is not None
+            return row[0]
+
+        later = one(
+            "SELECT pgqueue.enqueue('pinned.echo', '[1]', '{}', run_at => now() + interval '1 h',"
+            " idempotency_key => %s, group_key => 'g', timeout_seconds => 30)",
+            (f"sql-{dsn}",),
+        )
+        again = one(
+            "SELECT pgqueue.enqueue('pinned.echo', '[1]', idempotency_key => %s)", (f"sql-{dsn}",)
+        )
+        assert again == later
+        one("SELECT pgqueue.enqueue('pinned.capped', '[2]', queue => 'capped')")
+        unique = (
+            '[{"task": "pinned.echo", "queue": "default", "priority": 0, "args": [3],'
+            ' "kwargs": {}, "max_attempts": 3, "unique_key": "u1", "unique_while": "active",'
+            ' "unique_for": 60, "replace": true}]'
+        )
+        for _ in range(2):
+            one("SELECT run_id FROM pgqueue.enqueue_unique(%s::jsonb, NULL, '{}', true)", (unique,))
+        one("SELECT pgqueue.emit_event('pinned.nobody', 'k', '{\"a\": [1]}')")
+        one("SELECT pgqueue.emit_event('pinned.nobody', 'k', '{}', delay => 5)")
+        assert one("SELECT pgqueue.cancel(%s, true, 'no longer needed')", (later,)) is True
+        assert one("SELECT pgqueue.retry(%s)", (later,)) is True
+        assert one("SELECT pgqueue.cancel(%s)", (later,)) is True
+        # a batch enqueued, sealed and finished from SQL: the trigger's batch_note() and
+        # batch_flush(), then batch_settle() enqueues its callback
+        batch = one(
+            "INSERT INTO pgqueue.batch_heads (on_complete, queue, priority, max_attempts,"
+            " kwargs) VALUES ('pinned.on_batch_done', 'default', 0, 3, '{}') RETURNING id"
+        )
+        member = '[{"task": "pinned.echo", "queue": "default", "priority": 0, "args": [4],'
+        member += ' "kwargs": {}, "max_attempts": 3, "run_at": "2000-01-01T00:00:00Z"}]'
+        members = [
+            one(
+                "SELECT run_id FROM pgqueue.enqueue_unique(%s::jsonb, %s, '{}', false)",
+                (member, batch),
+            )
+            for _ in range(2)
+        ]
+        one(
+            "UPDATE pgqueue.batch_heads SET total = 2, sealed_at = now() WHERE id = %s"
+            " RETURNING id",
+            (batch,),
+        )
+        for run_id in members:
+            assert one("SELECT pgqueue.cancel(%s)", (run_id,)) is True
+        assert one("SELECT callback_run_id FROM pgqueue.batch_heads WHERE id = %s", (batch,))
+        # a queue that gains limits (trigger queue_limits_changed) and a claim of it
+        queue = f"sql_{abs(hash(dsn)) % 10**8}"
+        c.execute(
+            "INSERT INTO pgqueue.queues (name, concurrency, group_rate_limit, group_rate_period,"
+            " rate_limit, rate_period) VALUES (%s, 4, 100, 1, 100, 1)",
+            (queue,),
+        )
+        for i in range(3):
+            one(
+                "SELECT pgqueue.enqueue('pinned.echo', '[5]', queue => %s, group_key => %s)",
+                (queue, f"g{i}"),
+            )
+        worker = one(
+            "INSERT INTO pgqueue.workers (id, host, pid, queues, tasks, concurrency, version)"
+            " VALUES (gen_random_uuid(), 'sql', 1, %s, '{}', 1, 'sql') RETURNING id",
+            ([queue],),
+        )
+        claimed = c.execute(
+            "SELECT id FROM pgqueue.claim_limited(%s, %s, 10, 30)", (queue, worker)
+        ).fetchall()
+        assert len(claimed) == 3
+        assert one("SELECT pgqueue.cancel(%s)", (claimed[0][0],)) is True  # keeps its permit
+        c.execute(
+            "UPDATE pgqueue.queues SET concurrency = NULL, group_rate_limit = NULL,"
+            " group_rate_period = NULL WHERE name = %s",
+            (queue,),
+        )
+        # the helpers, called directly, and the views that call them
+        one("SELECT pgqueue.rate_opens(ARRAY[now()], ARRAY[5], 1, 60, now())")
+        one(
+            "SELECT pgqueue.rate_log_add(ARRAY[now() - interval '2 min', now()], ARRAY[1, 1],"
+            " 2, now(), 60)"
+        )
+        one("SELECT pgqueue.rate_used(ARRAY[now()], ARRAY[1], now() - interval '1 min')")
+        one("SELECT pgqueue.latency_bin(0.25)")
+        c.execute("SELECT pgqueue.tally_upto()")
+        one("SELECT pgqueue.json_too_deep('[[1]]', 256)")
+        c.execute("SELECT pgqueue.claim_next_priority(%s, -32769, NULL, NULL, 0)", (queue,))
+        one("SELECT count(*) FROM pgqueue.queue_stats")
+        one("SELECT count(*) FROM pgqueue.batches")
+
+
+def exercise_python(app: pgqueue.App, tag: str) -> list[pgqueue.RunHandle]:
+    """The Python API's writes, on `app`'s own connections; the handles of the runs a
+    worker is to finish, the flows among them waiting for event pinned.go, key `tag`."""
+    by_name = app.enqueue_by_name
+    handles = [by_name("pinned.echo", [i], idempotency_key=f"{tag}-{i}") for i in range(3)]
+    handles += [by_name("pinned.echo", [9], unique_key=f"{tag}-u") for _ in range(2)]
+    with app.batch(on_complete=pinned.on_batch_done) as batch:
+        handles += [by_name("pinned.echo", [i]) for i in range(5)]
+    assert batch.id is not None
+    handles += [by_name("pinned.capped", [i], queue="capped") for i in range(6)]
+    handles += [
+        by_name("pinned.group_rated", [i], queue="group_rated", group=f"g{i % 3}") for i in range(9)
+    ]
+    handles += [
+        by_name("pinned.ordered", [i], queue="ordered", group=f"g{i % 2}") for i in range(6)
+    ]
+    handles += [by_name("pinned.rated", [i], queue="rated") for i in range(6)]
+    handles += [by_name("pinned.flow", [tag]) for _ in range(2)]
+    late = by_name("pinned.echo", [0], delay=3600)
+    assert app.cancel(late.id, reason="not needed")
+    assert app.retry(late.id)
+    assert app.cancel(late.id)
+    app.emit_event("pinned.nobody", key="k", payload={"a": 1})
+    assert app.get_run(late.id).state == "canceled"
+    return handles
+
+
+def test_no_hostile_overload_runs_as_the_worker_or_a_superuser(
+    dsn: str, hostile: Hostile, roles: Callable[[str], tuple[str, str]]
+) -> None:
+    _, role_dsn = worker_role(dsn, roles)
+    exercise_sql(dsn)  # a superuser
+    exercise_sql(role_dsn)
+    producer, worker_app = pgqueue.App(dsn), pgqueue.App(role_dsn)
+    try:
+        handles = exercise_python(producer, "super") + exercise_python(worker_app, "worker")
+        with (
+            WorkerProcess(role_dsn, "tests.apps.pinned:app", "--concurrency", "8").wait_ready(),
+            WorkerProcess(dsn, "tests.apps.pinned:app", "--concurrency", "8").wait_ready(),
+        ):
+            flows = [h for h in handles if producer.get_run(h.id).task == "pinned.flow"]
+            for flow in flows:
+                wait_until(
+                    lambda f=flow: producer.get_run(f.id).state == "waiting",
+                    30,
+                    message=f"flow {flow.id} to wait for its event",
+                )
+            producer.emit_event("pinned.go", key="super", payload={"ok": 1})
+            with psycopg.connect(role_dsn, autocommit=True) as c:
+                c.execute("SELECT pgqueue.emit_event('pinned.go', 'worker', '{\"ok\": 2}')")
+            for handle in handles:
+                handle.wait(timeout=60)
+            unsettled = (
+                "SELECT count(*) FROM pgqueue.batch_heads b LEFT JOIN pgqueue.runs r"
+                " ON r.id = b.callback_run_id WHERE r.state IS DISTINCT FROM 'succeeded'"
+            )
+            wait_until(lambda: scalar(dsn, unsettled) == 0, 60, message="the batches' callbacks")
+            # the dashboard's and the CLI's reads, through the views
+            assert producer.list_runs(limit=5)
+        assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE state = 'failed'") == 0
+        progress = scalar(dsn, "SELECT progress FROM pgqueue.runs WHERE id = %s", (flows[0].id,))
+        assert progress["done"] == 3
+        assert scalar(dsn, "SELECT count(*) FROM pgqueue.group_rates") > 0
+    finally:
+        producer.close()
+        worker_app.close()
+    assert hostile.ran() == []
