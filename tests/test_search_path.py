@@ -396,3 +396,34 @@ def test_no_hostile_overload_runs_as_the_worker_or_a_superuser(
         producer.close()
         worker_app.close()
     assert hostile.ran() == []
+
+
+def test_statements_on_a_callers_connection_resolve_no_hostile_overload(
+    dsn: str, hostile: Hostile
+) -> None:
+    """pgqueue leaves a caller's connection (conn=, joining its transaction) as it is, its
+    search_path included; the statements it sends there qualify what a better match in
+    another schema could take."""
+    app = pgqueue.App(dsn)
+
+    @app.task(name="pinned.local")
+    def local(n: int) -> int:
+        return n
+
+    try:
+        with psycopg.connect(dsn) as c:
+            by_name = app.enqueue_by_name
+            by_name("pinned.echo", [1], conn=c)
+            by_name("pinned.echo", [1], conn=c, idempotency_key="caller-1", delay=5)
+            local.options(conn=c).enqueue_many([(i,) for i in range(3)])
+            local.options(conn=c, delay=60).enqueue_many([(i,) for i in range(3)])
+            local.options(conn=c, unique_key=lambda n: f"caller-u{n}").enqueue_many([(1,), (2,)])
+            with app.batch(on_complete=local, conn=c):
+                local.options(conn=c).enqueue_many([(i,) for i in range(3)])
+            app.emit_event("pinned.nobody", key="k", payload=[1], conn=c)
+            app.emit_event("pinned.nobody", key="k", payload=[1], delay=5, conn=c)
+            assert c.execute("SHOW search_path").fetchone() == ('"$user", public',)
+        assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 13
+    finally:
+        app.close()
+    assert hostile.ran() == []
