@@ -11,7 +11,9 @@ statements pgqueue sends on it qualify what a better match could take."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,9 +24,12 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
+from pgqueue import db
 from pgqueue.cli import main
+from pgqueue.worker.connection import worker_dsn
+from tests import pgbouncer
 from tests.apps import pinned
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import InProcessWorker, WorkerProcess, scalar, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -427,3 +432,118 @@ def test_statements_on_a_callers_connection_resolve_no_hostile_overload(
     finally:
         app.close()
     assert hostile.ran() == []
+
+
+PINNED = "pg_catalog, pgqueue, pg_temp"
+
+
+def show(conn: psycopg.Connection[Any], setting: str = "search_path") -> str:
+    """SHOW setting; a search_path with a space after each comma, however it was set."""
+    row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()
+    assert row is not None
+    value = str(row[0])
+    return ", ".join(p.strip() for p in value.split(",")) if setting == "search_path" else value
+
+
+def test_every_kind_of_pgqueue_connection_pins_search_path(dsn: str) -> None:
+    app = pgqueue.App(dsn)
+    try:
+        # the App's pool: enqueue, reads, the CLI, the dashboard, pgqueue.testing
+        with app.connection() as c:
+            assert show(c) == PINNED
+
+        async def from_the_async_pool() -> str:
+            async with app.async_connection() as c:
+                row = await (await c.execute("SHOW search_path")).fetchone()
+                assert row is not None
+                return str(row[0]).replace(",", ", ")
+
+        assert asyncio.run(from_the_async_pool()) == PINNED
+        # one-off connections: the CLI's checks, a worker's registration, migrate
+        with db.connect(dsn) as c:
+            assert show(c) == PINNED
+        # the waiters' shared connection
+        with psycopg.connect(db.pinned_dsn(app.dsn, app.pooler)) as c:
+            assert show(c) == PINNED
+        # a worker's pool, lease keeper and listener: the worker's DSN
+        with InProcessWorker(app, concurrency=1) as worker:
+            with psycopg.connect(worker.dsn) as c:
+                assert show(c) == PINNED
+                assert show(c, "plan_cache_mode") == "force_generic_plan"
+
+            async def from_the_worker_pool() -> str:
+                async with worker._pool.connection() as c:
+                    row = await (await c.execute("SHOW search_path")).fetchone()
+                    assert row is not None
+                    return str(row[0]).replace(",", ", ")
+
+            assert worker._loop is not None
+            shown = asyncio.run_coroutine_threadsafe(from_the_worker_pool(), worker._loop)
+            assert shown.result(10) == PINNED
+    finally:
+        app.close()
+
+
+def test_the_dsns_own_options_and_pgoptions_are_kept(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_options = make_conninfo(dsn, options="-c statement_timeout=4321")
+    for target in (db.pinned_dsn(with_options, None), worker_dsn(with_options, None)):
+        with psycopg.connect(target) as c:
+            assert (show(c), show(c, "statement_timeout")) == (PINNED, "4321ms")
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=1234")
+    for target in (db.pinned_dsn(dsn, None), worker_dsn(dsn, None)):
+        with psycopg.connect(target) as c:
+            assert (show(c), show(c, "lock_timeout")) == (PINNED, "1234ms")
+
+
+@pytest.mark.slow
+def test_through_a_pooler_the_roles_own_setting_pins_search_path(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PgBouncer (1.18) refuses startup parameters: through it, pgqueue's connections get
+    the role's search_path, which pgqueue checks (one warning line) and which
+    `ALTER ROLE ... SET search_path` pins without any SET that could reach another of the
+    pooler's clients."""
+    caplog.set_level(logging.WARNING, logger="pgqueue")
+    database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
+    with pgbouncer.running(dsn, "transaction") as through:
+        app = pgqueue.App(through, pooler="transaction")
+        try:
+            app.enqueue_by_name("pinned.echo", [1])
+            with app.connection() as c:
+                assert show(c) == '"$user", public'
+        finally:
+            app.close()
+    warned = [r.getMessage() for r in caplog.records if "search_path" in r.getMessage()]
+    assert len(warned) == 1 and "ALTER ROLE" in warned[0], warned
+    assert f"search_path = {PINNED}" in warned[0]
+
+    caplog.clear()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER ROLE CURRENT_USER IN DATABASE {} SET search_path = {}").format(
+                database, sql.SQL(PINNED)
+            )
+        )
+    try:
+        for mode, pooler in (("transaction", "transaction"), ("session", None)):
+            with pgbouncer.running(dsn, mode) as through:
+                app = pgqueue.App(through, pooler=pooler)
+                try:
+                    app.enqueue_by_name("pinned.echo", [1])
+                    with app.connection() as c:
+                        assert show(c) == PINNED
+                        sessions = "SELECT count(*) FROM pg_settings WHERE source = 'session'"
+                        assert c.execute(sessions).fetchone() == (0,)
+                finally:
+                    app.close()
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER ROLE CURRENT_USER IN DATABASE {} RESET search_path").format(database)
+            )
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("cannot pin search_path" in m for m in messages), messages
+    # the undeclared pooler (session mode, pooler=None) refused the startup parameter
+    assert any("refused the startup parameter" in m for m in messages), messages
