@@ -603,3 +603,26 @@ def test_every_function_pins_search_path_or_qualifies_every_name(
         "cast ::int2",
         "operator *",
     ]
+
+
+def test_grants_prints_the_role_setting_for_poolers_and_apply_leaves_it_out(
+    dsn: str, roles: Callable[[str], tuple[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    role, role_dsn = roles("pooled")
+    with pytest.raises(SystemExit) as exc:
+        main(["grants", role, "--as", "producer", "--dsn", dsn])
+    assert exc.value.code == 0
+    printed = capsys.readouterr().out.splitlines()
+    setting = f'-- ALTER ROLE "{role}" SET search_path = {PINNED};'
+    assert printed[-1] == setting, printed[-3:]
+    role_settings = "SELECT count(*) FROM pg_db_role_setting WHERE setrole = %s::regrole"
+    main_args = ["grants", role, "--as", "producer", "--apply", "--dsn", dsn]
+    with pytest.raises(SystemExit) as exc:
+        main(main_args)
+    assert exc.value.code == 0
+    assert scalar(dsn, role_settings, (role,)) == 0
+    # run as printed (by a superuser), it pins the role's sessions
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(setting.removeprefix("-- ").rstrip(";"))
+    with psycopg.connect(role_dsn) as c:
+        assert show(c) == PINNED
