@@ -135,17 +135,25 @@ def pinned_path_missing(search_path: str) -> bool:
     return entries[:2] != ["pg_catalog", "pgqueue"] or any(e != "pg_temp" for e in entries[2:])
 
 
-def check_search_path(found: str, role: str, dsn: str) -> None:
-    """Through a pooler, where no startup parameter reaches the server: warn (once per
-    DSN) unless the role's own setting pins search_path (`found`: SHOW search_path)."""
+def check_search_path(found: str, role: str, dsn: str, asked: bool) -> None:
+    """Warn (once per DSN) unless the session's search_path (`found`: SHOW search_path)
+    is pinned: through a pooler, where no startup parameter reaches the server, by the
+    role's own setting; else (`asked`) by the startup parameter, which a pooler that
+    ignores it (PgBouncer's ignore_startup_parameters = options) drops unseen."""
     if not pinned_path_missing(found):
         return
+    why = (
+        "the server did not apply pgqueue's startup parameter options (a pooler that "
+        "ignores it? declare it: --pooler session|transaction)"
+        if asked
+        else "through a pooler pgqueue cannot pin search_path itself"
+    )
     warn_once(
         "search_path",
         dsn,
-        "through a pooler pgqueue cannot pin search_path itself, and role %s has %s: "
-        "run ALTER ROLE %s SET search_path = %s (`pgqueue grants` prints it; "
-        "docs/security.md)",
+        "%s, and role %s has search_path %s: run ALTER ROLE %s SET search_path = %s "
+        "(`pgqueue grants` prints it; docs/security.md)",
+        why,
         role,
         found,
         quote_ident(role),
@@ -262,9 +270,9 @@ def first_line(exc: BaseException) -> str:
 def connect(
     dsn: str, *, autocommit: bool = True, pooler: str | None = None
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """A new connection, with search_path pinned (see pinned_dsn), and connection failures
-    turned into one-line ConfigErrors. Through a pooler (declared, or found because it
-    refused the startup parameter), the role's search_path is checked instead."""
+    """A new connection, with search_path pinned (see pinned_dsn) and checked, and
+    connection failures turned into one-line ConfigErrors. Through a pooler (declared, or
+    found because it refused the startup parameter) the role's own setting must pin it."""
     kwargs = connect_kwargs(pooler, autocommit=autocommit)
     target = pinned_dsn(dsn, pooler)
     try:
@@ -274,11 +282,12 @@ def connect(
             raise cannot_connect(dsn, exc) from None
         refused(dsn, exc)
         return connect(dsn, autocommit=autocommit, pooler=pooler)
-    if target == dsn:
-        row = conn.execute("SHOW search_path").fetchone()
-        if not autocommit:
-            conn.rollback()  # hand it over outside a transaction, as connected
-        check_search_path(str(row[0]) if row else "", conn.info.user, dsn)
+    # One look (these connections open pools, start workers, run a CLI command or a
+    # migration; the pools' own connections take the DSN as it is found to work here).
+    row = conn.execute("SHOW search_path").fetchone()
+    if not autocommit:
+        conn.rollback()  # handed over outside a transaction, as connected
+    check_search_path(str(row[0]) if row else "", conn.info.user, dsn, target != dsn)
     return conn
 
 
@@ -293,9 +302,8 @@ async def aconnect(dsn: str, *, pooler: str | None = None) -> psycopg.AsyncConne
             raise cannot_connect(dsn, exc) from None
         refused(dsn, exc)
         return await aconnect(dsn, pooler=pooler)
-    if target == dsn:
-        row = await (await conn.execute("SHOW search_path")).fetchone()
-        check_search_path(str(row[0]) if row else "", conn.info.user, dsn)
+    row = await (await conn.execute("SHOW search_path")).fetchone()
+    check_search_path(str(row[0]) if row else "", conn.info.user, dsn, target != dsn)
     return conn
 
 

@@ -521,6 +521,18 @@ def test_through_a_pooler_the_roles_own_setting_pins_search_path(
     assert len(warned) == 1 and "ALTER ROLE" in warned[0], warned
     assert f"search_path = {PINNED}" in warned[0]
 
+    # a pooler told to ignore the startup parameter drops it unseen: the check sees that
+    caplog.clear()
+    ignoring = "ignore_startup_parameters = options\n"
+    with pgbouncer.running(dsn, "session", extra=ignoring) as through:
+        app = pgqueue.App(through)
+        try:
+            app.enqueue_by_name("pinned.echo", [1])
+        finally:
+            app.close()
+    warned = [r.getMessage() for r in caplog.records if "search_path" in r.getMessage()]
+    assert len(warned) == 1 and "did not apply" in warned[0], warned
+
     caplog.clear()
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(
