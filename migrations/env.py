@@ -1,14 +1,14 @@
 """Alembic environment for pgqueue: the version table lives in schema pgqueue, so it never
 collides with the application's own alembic history."""
 
-import psycopg
 import sqlalchemy
 from alembic import context
 from sqlalchemy.pool import NullPool
 
+from pgqueue import db
+from pgqueue.migrate import MIGRATION_LOCK
+
 SCHEMA = "pgqueue"
-# Any constant works; it only has to be the same for every pgqueue process.
-MIGRATION_LOCK = 7_364_203_911
 
 config = context.config
 
@@ -28,15 +28,33 @@ def run_offline() -> None:
 def run_online() -> None:
     dsn = config.attributes["dsn"]
     engine = sqlalchemy.create_engine(
-        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
+        # search_path pinned (pgqueue.db.connect): the views and SQL functions a revision
+        # creates resolve their names once, at creation, with it
+        "postgresql+psycopg://",
+        creator=lambda: db.connect(dsn, autocommit=False),
+        poolclass=NullPool,
     )
     with engine.connect() as connection:
         context.configure(
             connection=connection, version_table_schema=SCHEMA, transactional_ddl=True
         )
         with context.begin_transaction():
-            # Serialise concurrent `pgqueue migrate` runs (several workers starting at once).
+            # Serialise concurrent `pgqueue migrate` runs (several workers starting at once),
+            # waiting at most lock_timeout seconds: any role that can connect can take an
+            # advisory lock, and must not hold a migration back forever (pgqueue.migrate
+            # names the holder). The timeout is local to this wait.
+            timeout = float(config.attributes.get("lock_timeout", 60.0))
+            connection.execute(
+                sqlalchemy.text("SELECT set_config('lock_timeout', :ms, true)"),
+                {"ms": f"{max(1, round(timeout * 1000))}ms"},
+            )
             connection.execute(sqlalchemy.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+            connection.execute(
+                sqlalchemy.text(
+                    "SELECT set_config('lock_timeout', reset_val, true) FROM pg_settings"
+                    " WHERE name = 'lock_timeout'"
+                )
+            )
             # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
             # exists: a role that owns the schema (`pgqueue grants R --as owner`) but not
             # the database must still be able to migrate. Under the lock, so no race.

@@ -148,7 +148,10 @@ class Waiters:
     def _serve(self) -> None:
         app = self.app
         listens = app.listens
-        with psycopg.connect(app.dsn, **db.connect_kwargs(app.pooler)) as conn:
+        # search_path pinned as on the App's pool (opened before: a waiter waits on a run
+        # it enqueued or read); a lost connection is a psycopg.Error, retried by _run
+        dsn = db.pinned_dsn(app.dsn, app.pooler)
+        with psycopg.connect(dsn, **db.connect_kwargs(app.pooler)) as conn:
             if listens:
                 conn.execute(f"LISTEN {CHANNEL}")
             self.connected.set()

@@ -58,7 +58,9 @@ class AsyncApp:
             if self._apool_guard is not None:
                 _stop(self._apool_guard, owner)  # closes the pool it replaces
             self._apool = AsyncCheckedPool(
-                app.dsn, name="pgqueue-async", **db.app_pool_options(app.pool_size, app.pooler)
+                db.pinned_dsn(app.dsn, app.pooler),  # _open checks the server takes it
+                name="pgqueue-async",
+                **db.app_pool_options(app.pool_size, app.pooler),
             )
             self._apool_loop = weakref.ref(loop)
             self._apool_pid = os.getpid()
@@ -182,11 +184,9 @@ class AsyncApp:
 
 
 async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str, pooler: str | None) -> None:
-    try:
-        first = await psycopg.AsyncConnection.connect(dsn, **db.connect_kwargs(pooler))
-    except psycopg.OperationalError as exc:
-        raise db.cannot_connect(dsn, exc) from None
+    first = await db.aconnect(dsn, pooler=pooler)
     await first.close()  # failed fast, in one line, on a bad DSN or server
+    pool.conninfo = db.pinned_dsn(dsn, pooler)  # known now whether the server accepts it
     try:
         # with its first connection ready (see pgqueue._pool.open_pool)
         await pool.open(wait=True, timeout=db.POOL_TIMEOUT)

@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote, unquote
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue.errors import ConfigError, DatabaseUnavailable, NotMigrated, PermissionDenied
 
+log = logging.getLogger("pgqueue")
+
 DSN_ENV = "PGQUEUE_DSN"
+
+# The search_path of every pgqueue connection, given as a startup parameter: builtins
+# resolve from pg_catalog and pgqueue's objects from pgqueue, never from a schema that
+# another role can write to (`public`, where every role may create objects on PostgreSQL
+# 13 and 14): a function or operator created there that matches a call's argument types
+# better than the builtin would otherwise run, as pgqueue's role, in pgqueue's statements
+# (docs/security.md, "search_path"). A startup parameter, not a SET: it costs no round
+# trip and ends with the connection. Through a pooler, which does not forward it, the
+# role's own setting does the same (pinned_path_missing).
+SEARCH_PATH = "pg_catalog, pgqueue, pg_temp"
+PIN_SEARCH_PATH = "-c search_path=pg_catalog,pgqueue,pg_temp"
 
 # psycopg_pool retries a lost connection with a doubling delay (1, 2, 4, 8, 16 s...) until
 # its reconnect_timeout (default 300 s), so after an outage of T seconds a pool could stay
@@ -56,6 +71,99 @@ def connect_kwargs(pooler: str | None, *, autocommit: bool = True) -> dict[str, 
     if pooler == "transaction":
         kwargs["prepare_threshold"] = None
     return kwargs
+
+
+def startup_options(dsn: str, *settings: str) -> str:
+    """The `options` startup parameter that adds `settings` (each "-c name=value") to
+    what the DSN (or else PGOPTIONS, which libpq reads only when a DSN has none) asks
+    for; later settings win."""
+    given = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS")
+    return " ".join([str(given), *settings]) if given else " ".join(settings)
+
+
+# DSNs whose server (an undeclared pooler) refused the startup parameter: pgqueue
+# connects to them without it, and said so once.
+_refused: set[str] = set()
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def pinned_dsn(dsn: str, pooler: str | None) -> str:
+    """The DSN pgqueue's own connections to `dsn` use: with search_path pinned at startup
+    when no pooler sits in between (a pooler refuses startup parameters)."""
+    if pooler is not None or dsn in _refused:
+        return dsn
+    return make_conninfo(dsn, options=startup_options(dsn, PIN_SEARCH_PATH))
+
+
+def refuses_startup_options(exc: BaseException) -> bool:
+    """Whether a connection failed because the server (a pooler: PgBouncer says
+    "unsupported startup parameter: options") refused the `options` parameter."""
+    return "startup parameter" in str(exc)
+
+
+def warn_once(key: str, dsn: str, message: str, *args: object) -> None:
+    with _warned_lock:
+        if (key, dsn) in _warned:
+            return
+        _warned.add((key, dsn))
+    log.warning(message, *args)
+
+
+def refused(dsn: str, exc: BaseException) -> None:
+    """`dsn`'s server refused the startup parameters: connect without them from now on."""
+    _refused.add(dsn)
+    warn_once(
+        "refused",
+        dsn,
+        "the server refused the startup parameter options (%s): a connection pooler? "
+        "Declare it (App(pooler=...), PGQUEUE_POOLER or --pooler session|transaction) and "
+        "pin the role's search_path (docs/security.md)",
+        first_line(exc),
+    )
+
+
+def _path_entries(value: str) -> list[str]:
+    return [part.strip().strip('"') for part in value.split(",") if part.strip()]
+
+
+def pinned_path_missing(search_path: str) -> bool:
+    """Whether a session's search_path (SHOW search_path) lets a schema other than
+    pg_catalog and pgqueue (and pg_temp, never searched for functions and operators) take
+    part in resolving names."""
+    entries = _path_entries(search_path)
+    return entries[:2] != ["pg_catalog", "pgqueue"] or any(e != "pg_temp" for e in entries[2:])
+
+
+def check_search_path(found: str, role: str, dsn: str, asked: bool) -> None:
+    """Warn (once per DSN) unless the session's search_path (`found`: SHOW search_path)
+    is pinned: through a pooler, where no startup parameter reaches the server, by the
+    role's own setting; else (`asked`) by the startup parameter, which a pooler that
+    ignores it (PgBouncer's ignore_startup_parameters = options) drops unseen."""
+    if not pinned_path_missing(found):
+        return
+    why = (
+        "the server did not apply pgqueue's startup parameter options (a pooler that "
+        "ignores it? declare it: --pooler session|transaction)"
+        if asked
+        else "through a pooler pgqueue cannot pin search_path itself"
+    )
+    warn_once(
+        "search_path",
+        dsn,
+        "%s, and role %s has search_path %s: run ALTER ROLE %s SET search_path = %s "
+        "(`pgqueue grants` prints it; docs/security.md)",
+        why,
+        role,
+        found,
+        quote_ident(role),
+        SEARCH_PATH,
+    )
+
+
+def quote_ident(name: str) -> str:
+    """A role name as SQL text, for messages that quote a statement to run."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def app_pool_options(max_size: int, pooler: str | None = None) -> dict[str, Any]:
@@ -162,11 +270,41 @@ def first_line(exc: BaseException) -> str:
 def connect(
     dsn: str, *, autocommit: bool = True, pooler: str | None = None
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """A new connection, with connection failures turned into one-line ConfigErrors."""
+    """A new connection, with search_path pinned (see pinned_dsn) and checked, and
+    connection failures turned into one-line ConfigErrors. Through a pooler (declared, or
+    found because it refused the startup parameter) the role's own setting must pin it."""
+    kwargs = connect_kwargs(pooler, autocommit=autocommit)
+    target = pinned_dsn(dsn, pooler)
     try:
-        return psycopg.connect(dsn, **connect_kwargs(pooler, autocommit=autocommit))
+        conn = psycopg.connect(target, **kwargs)
     except psycopg.OperationalError as exc:
-        raise cannot_connect(dsn, exc) from None
+        if target == dsn or not refuses_startup_options(exc):
+            raise cannot_connect(dsn, exc) from None
+        refused(dsn, exc)
+        return connect(dsn, autocommit=autocommit, pooler=pooler)
+    # One look (these connections open pools, start workers, run a CLI command or a
+    # migration; the pools' own connections take the DSN as it is found to work here).
+    row = conn.execute("SHOW search_path").fetchone()
+    if not autocommit:
+        conn.rollback()  # handed over outside a transaction, as connected
+    check_search_path(str(row[0]) if row else "", conn.info.user, dsn, target != dsn)
+    return conn
+
+
+async def aconnect(dsn: str, *, pooler: str | None = None) -> psycopg.AsyncConnection[Any]:
+    """connect(), for asyncio (autocommit)."""
+    kwargs = connect_kwargs(pooler)
+    target = pinned_dsn(dsn, pooler)
+    try:
+        conn = await psycopg.AsyncConnection.connect(target, **kwargs)
+    except psycopg.OperationalError as exc:
+        if target == dsn or not refuses_startup_options(exc):
+            raise cannot_connect(dsn, exc) from None
+        refused(dsn, exc)
+        return await aconnect(dsn, pooler=pooler)
+    row = await (await conn.execute("SHOW search_path")).fetchone()
+    check_search_path(str(row[0]) if row else "", conn.info.user, dsn, target != dsn)
+    return conn
 
 
 def cannot_connect(dsn: str, exc: BaseException) -> ConfigError:

@@ -156,6 +156,16 @@ def statements(conn: psycopg.Connection[Any], role: str, kind: str) -> list[sql.
     return out
 
 
+def search_path_setting(role: str) -> sql.Composed:
+    """The role setting that pins search_path on the role's sessions: what pgqueue's
+    connections ask for at startup (pgqueue.db.PIN_SEARCH_PATH), for connections through
+    a pooler, which does not pass a startup parameter on. Needs a superuser (or CREATEROLE
+    with ADMIN on the role), so `--apply` leaves it out (docs/security.md)."""
+    return sql.SQL("ALTER ROLE {} SET search_path = pg_catalog, pgqueue, pg_temp").format(
+        sql.Identifier(role)
+    )
+
+
 def _keyword(text: str) -> sql.SQL:
     """Text composed as SQL as it is: this module's privilege and object-class keywords,
     and a function's argument types as the server itself rendered them."""

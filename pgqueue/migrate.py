@@ -13,9 +13,28 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import errors as pg_errors
 
-from pgqueue.errors import NotMigrated, PermissionDenied
+from pgqueue.errors import NotMigrated, OutOfRange, PermissionDenied, UserError
 
 log = logging.getLogger("pgqueue")
+
+# The advisory lock that serialises migrations (migrations/env.py). Any constant works; it
+# only has to be the same for every pgqueue process.
+MIGRATION_LOCK = 7_364_203_911
+# How long a migration waits for that lock by default, in seconds.
+LOCK_TIMEOUT = 60.0
+
+# Who holds the migration lock: the advisory lock of a bigint key is stored as its high
+# and low 32 bits (classid, objid) with objsubid 1.
+_HOLDER = """
+SELECT a.pid, a.usename, a.application_name, a.backend_start
+  FROM pg_catalog.pg_locks l
+  JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+   AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                      WHERE datname = pg_catalog.current_database())
+   AND l.classid::bigint = %(key)s >> 32 AND l.objid::bigint = %(key)s & 4294967295
+ LIMIT 1
+"""
 
 
 if TYPE_CHECKING:
@@ -42,11 +61,18 @@ def head() -> str:
     return revisions()[-1]
 
 
-def upgrade(dsn: str) -> None:
-    """Bring the schema to the newest revision. Safe to run again and concurrently."""
+def upgrade(dsn: str, lock_timeout: float = LOCK_TIMEOUT) -> None:
+    """Bring the schema to the newest revision. Safe to run again and concurrently: a
+    migration waits for another one's end, up to `lock_timeout` seconds, and then raises
+    a UserError naming the session that holds the migration lock."""
     from alembic import command
 
+    if not 0 < lock_timeout <= 86400:
+        raise OutOfRange(
+            f"lock_timeout must be more than 0 and at most 86400 seconds, not {lock_timeout!r}"
+        )
     with _config(dsn) as cfg:
+        cfg.attributes["lock_timeout"] = lock_timeout
         try:
             command.upgrade(cfg, "head")
         except Exception as exc:
@@ -54,7 +80,30 @@ def upgrade(dsn: str) -> None:
             cause = getattr(exc, "orig", exc)
             if isinstance(cause, pg_errors.InsufficientPrivilege):
                 raise _cannot_migrate(dsn, cause) from None
+            if isinstance(cause, pg_errors.LockNotAvailable):
+                raise _locked(dsn, lock_timeout) from None
             raise
+
+
+def _locked(dsn: str, waited: float) -> UserError:
+    """The one-line error of a migration that did not get the migration lock in time."""
+    from pgqueue import db
+
+    with db.connect(dsn) as conn:
+        row = conn.execute(_HOLDER, {"key": MIGRATION_LOCK}).fetchone()
+    if row is None:
+        holder = "a session that has let it go since"
+    else:
+        pid, user, application, since = row
+        holder = f"backend pid {pid} (user {user}, application_name {application or ''!r}"
+        # (the start is hidden from a role that may not see that session's details)
+        holder += f", connected since {since:%Y-%m-%d %H:%M:%S %Z})" if since else ")"
+    return UserError(
+        f"the migration lock (advisory lock {MIGRATION_LOCK}) is held by {holder}: not "
+        f"free within {waited:g}s. If that is another `pgqueue migrate`, wait for it and "
+        "run this again (or pass --lock-timeout SECONDS); otherwise end that session "
+        "(SELECT pg_terminate_backend(PID)) and run this again"
+    )
 
 
 def _cannot_migrate(dsn: str, exc: BaseException) -> PermissionDenied:

@@ -23,8 +23,8 @@ WITH inserted AS (
     ORDER BY i.n
     RETURNING id, state
 )
-SELECT array_agg(id ORDER BY id) AS ids,
-       array_agg(NULL::text) AS keys,
+SELECT pg_catalog.array_agg(id ORDER BY id) AS ids,  -- see parts/enqueue_batch_result.sql
+       pg_catalog.array_agg(NULL::text) AS keys,
        (SELECT count(pg_notify('pgqueue_queued', %(queue)s::text))
          WHERE %(notify)s::boolean
            AND EXISTS (SELECT 1 FROM inserted WHERE state = 'queued')) AS notified

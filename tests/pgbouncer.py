@@ -71,13 +71,14 @@ default_pool_size = {pool_size}
 ; leaves behind, the next client of that server connection inherits
 server_reset_query =
 logfile = {dir}/pgbouncer.log
-"""
+{extra}"""
 
 
 @contextlib.contextmanager
-def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
-    """PgBouncer in `mode` (transaction or session) in front of `dsn`'s database; yields
-    the DSN clients use to reach the database through it."""
+def running(dsn: str, mode: str, pool_size: int = 10, extra: str = "") -> Iterator[str]:
+    """PgBouncer in `mode` (transaction or session) in front of `dsn`'s database, with
+    `extra` lines of [pgbouncer] settings; yields the DSN clients use to reach the
+    database through it."""
     exe = binary()
     target = conninfo_to_dict(dsn)
     host = str(target.get("host") or "127.0.0.1")
@@ -98,6 +99,7 @@ def running(dsn: str, mode: str, pool_size: int = 10) -> Iterator[str]:
             dir=workdir,
             mode=mode,
             pool_size=pool_size,
+            extra=extra,
         )
     )
     command = [exe, str(config)]

@@ -34,6 +34,13 @@ def grants_cmd(dsn: str | None, embedded: bool, role: str, kind: str, apply_now:
         if not apply_now:
             for statement in statements:
                 click.echo(statement.as_string(conn) + ";")
+            if kind != "owner":
+                setting = grants.search_path_setting(role).as_string(conn)
+                click.echo(
+                    "-- Through a pooler (--pooler session|transaction), which does not pass "
+                    "pgqueue's search_path on,\n-- pin it on the role (as a superuser; "
+                    f"docs/security.md):\n-- {setting};"
+                )
             return
         try:
             with conn.transaction():

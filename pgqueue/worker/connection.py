@@ -11,7 +11,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from psycopg.types.json import set_json_loads
 
 from pgqueue import db
@@ -31,24 +31,25 @@ GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
 def worker_dsn(dsn: str, pooler: str | None) -> str:
-    """The DSN of the worker's pool and lease keeper: `dsn` with generic plans asked for
-    at startup when no pooler sits in between. A server (or an undeclared pooler) that
-    refuses the startup parameter gets the plain DSN, with a warning."""
+    """The DSN of the worker's pool, lease keeper and listener: `dsn` with search_path
+    pinned (pgqueue.db.PIN_SEARCH_PATH) and generic plans asked for at startup when no
+    pooler sits in between. A server (or an undeclared pooler) that refuses the startup
+    parameter gets the plain DSN, with a warning, and the role's search_path is checked
+    as through a declared pooler."""
     if pooler is not None:
         return dsn
-    given = conninfo_to_dict(dsn).get("options")
-    options = f"{given} {GENERIC_PLANS}" if given else GENERIC_PLANS
-    tuned = make_conninfo(dsn, options=options)
+    tuned = make_conninfo(dsn, options=db.startup_options(dsn, db.PIN_SEARCH_PATH, GENERIC_PLANS))
     try:
         psycopg.connect(tuned, autocommit=True).close()
     except psycopg.OperationalError as exc:
-        if "startup parameter" not in str(exc):
+        if not db.refuses_startup_options(exc):
             raise db.cannot_connect(dsn, exc) from None
         log.warning(
             "the server refused the startup parameter options (%s): a connection pooler? "
             "Start the worker with --pooler session or --pooler transaction",
             db.first_line(exc),
         )
+        db.connect(dsn, pooler="session").close()  # warns if search_path is not pinned
         return dsn
     return tuned
 
