@@ -16,5 +16,9 @@ woken AS (
 SELECT (SELECT count(*) FROM woken) AS woken,
        (SELECT count(pg_notify('pgqueue_queued', %(queue)s))
           FROM (SELECT 1 FROM woken LIMIT 1) w) AS notified,
-       (SELECT min(run_at) FROM pgqueue.runs
-         WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) AS next_due
+       -- in seconds, and capped: a timestamp Python cannot hold (year 10000 in the
+       -- session's time zone) must not fail the stager's pass (docs/security.md)
+       (SELECT extract(epoch FROM least(min(run_at), timestamptz '9999-12-31 00:00:00+00')
+                                  - now())::double precision
+          FROM pgqueue.runs
+         WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) AS next_due_seconds
