@@ -1,8 +1,8 @@
 """The checks every value passes before it is stored: names, keys, priorities, attempts,
-delays, timeouts and due times, each refused with a one-line UserError (InvalidArguments for a value of
-the wrong kind, OutOfRange for one outside what its column or the clock can hold). The
-Python API, the CLI and workflows call them; pgqueue.enqueue() in SQL applies the same
-limits (sql/functions/enqueue.sql)."""
+delays, timeouts and due times, each refused with a one-line UserError (InvalidArguments
+for a value of the wrong kind, OutOfRange for one outside what its column or the clock
+can hold). The Python API, the CLI and workflows call them; pgqueue.enqueue() in SQL
+applies the same limits (sql/functions/enqueue.sql)."""
 
 from __future__ import annotations
 
