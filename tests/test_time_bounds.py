@@ -363,3 +363,51 @@ def test_one_key_typed_composed_or_decomposed_is_one_key_everywhere(app: pgqueue
             "SELECT group_key FROM pgqueue.runs WHERE id = %s", (grouped.id,)
         ).fetchone() == (COMPOSED,)
         assert c.execute("SELECT DISTINCT key FROM pgqueue.events").fetchall() == [(COMPOSED,)]
+
+
+# --- due times asked for by task code, in a worker process ------------------------------------
+
+
+def test_task_code_asking_for_a_time_past_the_bounds_fails_only_its_own_attempt(
+    dsn: str,
+) -> None:
+    """RetryAfter(1e300) used to reach complete.sql as now() + 1e300 seconds, an interval
+    out of range that failed the statement for every outcome of its batch."""
+    app = pgqueue.App(dsn)
+    with contextlib.closing(app):
+        far = app.enqueue_by_name("timebounds.retry_far")
+        nap = app.enqueue_by_name("timebounds.sleep_far")
+        plain = [app.enqueue_by_name("timebounds.plain", [n]) for n in range(20)]
+        with WorkerProcess(dsn, "tests.apps.timebounds:app", "--concurrency", "8").wait_ready():
+            wait_until(
+                lambda: all(h.get().finished for h in (far, nap, *plain)),
+                timeout=20,
+                message="every run to finish",
+            )
+        assert [h.get().state for h in plain] == ["succeeded"] * 20
+        failed = far.get()
+        assert failed.state == "failed" and "RetryAfter seconds must be 0 to" in (
+            failed.error or ""
+        )
+        slept = nap.get()
+        assert slept.state == "failed" and "sleep_until must be from 1970-01-01" in (
+            slept.error or ""
+        )
+
+
+def test_an_event_emitted_with_the_decomposed_key_wakes_a_waiter_of_the_composed_one(
+    dsn: str,
+) -> None:
+    app = pgqueue.App(dsn)
+    with contextlib.closing(app):
+        composed = app.enqueue_by_name("timebounds.wait_for_key", [COMPOSED])
+        decomposed = app.enqueue_by_name("timebounds.wait_for_key", [DECOMPOSED])
+        with WorkerProcess(dsn, "tests.apps.timebounds:app").wait_ready():
+            for handle in (composed, decomposed):
+                wait_until(lambda h=handle: h.get().state == "waiting", timeout=15)  # type: ignore[misc]
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute(
+                    "SELECT pgqueue.emit_event('timebounds.tick', %s, '{\"n\": 1}')", (DECOMPOSED,)
+                )
+            for handle in (composed, decomposed):
+                assert handle.wait(timeout=15) == {"n": 1}
