@@ -404,7 +404,7 @@ def test_an_event_emitted_with_the_decomposed_key_wakes_a_waiter_of_the_composed
         decomposed = app.enqueue_by_name("timebounds.wait_for_key", [DECOMPOSED])
         with WorkerProcess(dsn, "tests.apps.timebounds:app").wait_ready():
             for handle in (composed, decomposed):
-                wait_until(lambda h=handle: h.get().state == "waiting", timeout=15)  # type: ignore[misc]
+                wait_until(lambda h=handle: h.get().state == "waiting", timeout=15)
             with psycopg.connect(dsn, autocommit=True) as c:
                 c.execute(
                     "SELECT pgqueue.emit_event('timebounds.tick', %s, '{\"n\": 1}')", (DECOMPOSED,)
