@@ -1,5 +1,9 @@
 -- Seconds until the earliest tick of any active schedule (NULL: none), on the database
--- clock.
-SELECT extract(epoch FROM min(next_fire_at) - now())::double precision
+-- clock; a tick stored outside the due-time bounds (docs/security.md, Input limits)
+-- counts as at the nearest bound, so that the subtraction cannot fail.
+SELECT extract(epoch FROM least(greatest(min(next_fire_at),
+                                         timestamptz '1970-01-01 00:00:00+00'),
+                                timestamptz '9999-12-31 00:00:00+00')
+                          - now())::double precision
 FROM pgqueue.schedules
 WHERE enabled AND NOT paused
