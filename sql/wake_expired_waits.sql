@@ -18,7 +18,9 @@ SELECT (SELECT count(*) FROM woken) AS woken,
           FROM (SELECT 1 FROM woken LIMIT 1) w) AS notified,
        -- in seconds, and capped: a timestamp Python cannot hold (year 10000 in the
        -- session's time zone) must not fail the stager's pass (docs/security.md)
-       (SELECT extract(epoch FROM least(min(run_at), timestamptz '9999-12-31 00:00:00+00')
+       (SELECT extract(epoch FROM CASE WHEN m > timestamptz '9999-12-31 00:00:00+00'
+                                       THEN timestamptz '9999-12-31 00:00:00+00' ELSE m END
                                   - now())::double precision
-          FROM pgqueue.runs
-         WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) AS next_due_seconds
+          FROM (SELECT min(run_at) AS m FROM pgqueue.runs
+                 WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) n)
+           AS next_due_seconds
