@@ -59,9 +59,9 @@ class Stager(Service):
 
         The statements answer that wait in seconds, computed and clamped by the database,
         never as a timestamp: a due time Python cannot hold must not stop the pass. A
-        value error in one queue's statements (a row no constraint screened) is logged
-        and skips that queue only, so the delays, backoffs, sleeps and deadlines of the
-        others still come due."""
+        statement that fails on one queue's rows (a value error, or a constraint that a
+        row stored before it breaks when staged) is logged and skips that queue only, so
+        the delays, backoffs, sleeps and deadlines of the others still come due."""
         total = 0
         next_due: float | None = None
         self.ticks += 1
@@ -73,7 +73,7 @@ class Stager(Service):
                 for name in queries:
                     try:
                         staged, due = await self._drain(conn, _sql.query(name), queue)
-                    except psycopg.errors.DataError as exc:
+                    except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
                         log.error(
                             "stager: %s failed for queue %r, skipped this round: %s",
                             name,
