@@ -192,6 +192,27 @@ def test_a_bad_time_in_one_queue_does_not_stop_the_stager_for_the_others(
         assert out.strip(), args
 
 
+def test_queues_and_stats_read_a_queued_run_stored_at_minus_infinity(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before PostgreSQL 16, now() - '-infinity' fails: pgqueue.queue_stats clamps first."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("ALTER TABLE pgqueue.runs DROP CONSTRAINT runs_run_at_range")
+        c.execute(
+            "INSERT INTO pgqueue.runs (task, queue, run_at) VALUES ('t', 'q', '-infinity'), "
+            "('t', 'q', 'infinity')"
+        )
+    for args in (("queues",), ("stats",)):
+        code, out, err = cli(capsys, *args, "--dsn", dsn)
+        assert code == 0 and not err, (args, err)
+        assert "\nq " in out, out
+    app = pgqueue.App(dsn)
+    with contextlib.closing(app):
+        summary = {q["queue"]: q for q in app.queue_summary()}
+    assert summary["q"]["queued"] == 2
+    assert summary["q"]["oldest_queued_seconds"] > 50 * 365 * 86400  # since 1970
+
+
 def test_migration_0022_moves_bad_times_to_the_bounds_and_normalises_keys(
     server_params: dict[str, Any],
 ) -> None:
