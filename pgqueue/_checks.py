@@ -25,10 +25,10 @@ MAX_SECONDS = 100 * 365 * 86400
 # within these two instants, inclusive. Python's datetime holds years 1 to 9999, and a
 # server answers a timestamptz in its own TimeZone, up to 16 hours either way of UTC:
 # the latest instant is the one that stays in year 9999 east of UTC (and is what
-# complete.sql stores for a wait without deadline). Before 1970 nothing is meant that
-# "due now" does not say; after it, seconds since the epoch are never negative. The
-# database holds the same bounds: pgqueue.check_due() and the CHECK constraints of
-# migration 0022.
+# complete.sql stores for a wait without deadline). A time before 1970 is long past,
+# which "due now" already says, and the dates of the Julian calendar and BC never come
+# near. The database holds the same bounds: pgqueue.check_due() and the CHECK
+# constraints of migration 0022.
 EARLIEST_DUE = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_DUE = datetime(9999, 12, 31, tzinfo=UTC)
 

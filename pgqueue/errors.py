@@ -76,8 +76,9 @@ class RetryAfter(Exception):
     def __init__(self, seconds: float, reason: str = "") -> None:
         from pgqueue._checks import MAX_SECONDS
 
-        # math.inf: no due time (the run waits until retried by hand); any other value
-        # must give a due time the database can store (docs/security.md, Input limits)
+        # math.inf: no due time (the run stays scheduled at the latest due time, until
+        # canceled); any other value must give a due time the database can store
+        # (docs/security.md, Input limits)
         if not (0 <= seconds <= MAX_SECONDS or seconds == float("inf")):
             raise ValueError(
                 f"RetryAfter seconds must be 0 to {MAX_SECONDS:,} (100 years) or math.inf, "
