@@ -243,6 +243,14 @@ def test_migration_0022_moves_bad_times_to_the_bounds_and_normalises_keys(
                 "INSERT INTO pgqueue.runs (task, idempotency_key) VALUES ('t', %s), ('t', %s)",
                 ("x-" + COMPOSED, "x-" + DECOMPOSED),
             )
+            # unique keys: only a run in scope can hold one; out of scope, any run takes NFC
+            c.execute(
+                "INSERT INTO pgqueue.runs (task, state, unique_key, unique_while, finished_at)"
+                " VALUES ('t', 'queued', %(nfc)s, 'queued', NULL),"
+                " ('t', 'queued', %(nfd)s, 'active', NULL),"
+                " ('t', 'succeeded', %(nfd)s, 'queued', now())",
+                {"nfc": "v-" + COMPOSED, "nfd": "v-" + DECOMPOSED},
+            )
             c.execute(
                 "INSERT INTO pgqueue.events (event, key, deliver_at) VALUES ('e', %s, 'infinity')",
                 (DECOMPOSED,),
@@ -262,6 +270,10 @@ def test_migration_0022_moves_bad_times_to_the_bounds_and_normalises_keys(
                     "SELECT idempotency_key FROM pgqueue.runs WHERE idempotency_key LIKE 'x-%%'"
                 )
             )
+            scoped = c.execute(
+                "SELECT state, unique_while, unique_key FROM pgqueue.runs"
+                " WHERE unique_key LIKE 'v-%%' ORDER BY id"
+            ).fetchall()
         low, high = "1970-01-01 00:00:00+00", "9999-12-31 00:00:00+00"
         for name, bound in (("minus_inf", low), ("inf", high), ("ten_k", high), ("bc", low)):
             run_at, error = got[rows[name]]
@@ -271,6 +283,11 @@ def test_migration_0022_moves_bad_times_to_the_bounds_and_normalises_keys(
         assert got[rows["fine"]] == ("2030-01-01 00:00:00+00", "")
         assert events == [(COMPOSED, high)]
         assert held == sorted(["x-" + COMPOSED, "x-" + DECOMPOSED])
+        assert scoped == [
+            ("queued", "queued", "v-" + COMPOSED),
+            ("queued", "active", "v-" + DECOMPOSED),  # the NFC key is held in scope
+            ("succeeded", "queued", "v-" + COMPOSED),  # out of scope: no conflict
+        ]
         # a key stored before the upgrade matches the same key enqueued after it
         app = pgqueue.App(dsn)
         with contextlib.closing(app):
@@ -281,6 +298,8 @@ def test_migration_0022_moves_bad_times_to_the_bounds_and_normalises_keys(
                     "SELECT pgqueue.enqueue('t', idempotency_key => %s)", (DECOMPOSED,)
                 ).fetchone()
             assert row == (keyed[0],)
+            unique = app.enqueue_by_name("t", unique_key="u-" + COMPOSED)
+            assert unique.id == keyed[0] and not unique.created
 
 
 # --- payload sizes ----------------------------------------------------------------------------

@@ -33,15 +33,40 @@ BEGIN
              ORDER BY normalize(idempotency_key, NFC), id) n
      WHERE r.id = n.id
        AND NOT EXISTS (SELECT 1 FROM pgqueue.runs o WHERE o.idempotency_key = n.key);
+    -- Unique keys are unique only in scope (the predicate of runs_unique_key_idx): a run
+    -- out of scope takes its NFC key freely, one in scope unless another run in scope
+    -- holds that key.
+    UPDATE pgqueue.runs
+       SET unique_key = normalize(unique_key, NFC)
+     WHERE unique_key IS NOT NULL AND unique_key IS NOT NFC NORMALIZED
+       AND NOT coalesce(unique_while = 'retained'
+                        OR (unique_while = 'active'
+                            AND state IN ('scheduled', 'queued', 'running', 'waiting'))
+                        OR (unique_while = 'queued'
+                            AND state IN ('scheduled', 'queued') AND started_at IS NULL),
+                        false);
     UPDATE pgqueue.runs r
        SET unique_key = n.key
       FROM (SELECT DISTINCT ON (normalize(unique_key, NFC))
                    id, normalize(unique_key, NFC) AS key
               FROM pgqueue.runs
              WHERE unique_key IS NOT NULL AND unique_key IS NOT NFC NORMALIZED
+               AND (unique_while = 'retained'
+                    OR (unique_while = 'active'
+                        AND state IN ('scheduled', 'queued', 'running', 'waiting'))
+                    OR (unique_while = 'queued'
+                        AND state IN ('scheduled', 'queued') AND started_at IS NULL))
              ORDER BY normalize(unique_key, NFC), id) n
      WHERE r.id = n.id
-       AND NOT EXISTS (SELECT 1 FROM pgqueue.runs o WHERE o.unique_key = n.key);
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.runs o
+                        WHERE o.unique_key = n.key
+                          AND (o.unique_while = 'retained'
+                               OR (o.unique_while = 'active'
+                                   AND o.state IN ('scheduled', 'queued', 'running',
+                                                   'waiting'))
+                               OR (o.unique_while = 'queued'
+                                   AND o.state IN ('scheduled', 'queued')
+                                   AND o.started_at IS NULL)));
     UPDATE pgqueue.runs
        SET wait_key = normalize(wait_key, NFC)
      WHERE state = 'waiting' AND wait_key IS NOT NFC NORMALIZED;
