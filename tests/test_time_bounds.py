@@ -396,6 +396,16 @@ def test_one_key_typed_composed_or_decomposed_is_one_key_everywhere(app: pgqueue
     unique = t.options(unique_key="u-" + DECOMPOSED).enqueue()
     assert unique.created
     assert t.options(unique_key="u-" + COMPOSED).enqueue().id == unique.id
+    by_hand = (
+        '[{"task": "t", "queue": "default", "priority": 0, "max_attempts": 1, "args": [], '
+        f'"kwargs": {{}}, "unique_key": "u-{DECOMPOSED}", "unique_while": "queued"}}]'
+    )
+    with psycopg.connect(app.dsn, autocommit=True) as c:
+        row = c.execute(
+            "SELECT run_id, run_created FROM pgqueue.enqueue_unique(%s::jsonb, NULL, NULL, false)",
+            (by_hand,),
+        ).fetchone()
+    assert row == (unique.id, False)
     many = t.options(unique_key=lambda n: f"m-{n}-" + (COMPOSED if n else DECOMPOSED))
     handles = many.enqueue_many([(0,), (1,)])
     assert all(h.created for h in handles)
