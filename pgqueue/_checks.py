@@ -1,12 +1,13 @@
 """The checks every value passes before it is stored: names, keys, priorities, attempts,
-delays and timeouts, each refused with a one-line UserError (InvalidArguments for a value of
-the wrong kind, OutOfRange for one outside what its column or the clock can hold). The
-Python API, the CLI and workflows call them; pgqueue.enqueue() in SQL applies the same
-limits (sql/functions/enqueue.sql)."""
+delays, timeouts and due times, each refused with a one-line UserError (InvalidArguments
+for a value of the wrong kind, OutOfRange for one outside what its column or the clock
+can hold). The Python API, the CLI and workflows call them; pgqueue.enqueue() in SQL
+applies the same limits (sql/functions/enqueue.sql)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import unicodedata
+from datetime import UTC, datetime, timedelta
 
 from pgqueue.errors import InvalidArguments, OutOfRange, UserError
 
@@ -20,6 +21,16 @@ MAX_ATTEMPTS_MAX = 2**31 - 1
 # Delays and timeouts: beyond this, now() + delay overflows sooner or later, and nobody
 # means it. (A NaN fails both comparisons in check_seconds: refused too.)
 MAX_SECONDS = 100 * 365 * 86400
+# Due times (run_at, sleep_until, a wait's deadline, an event's delivery): finite, and
+# within these two instants, inclusive. Python's datetime holds years 1 to 9999, and a
+# server answers a timestamptz in its own TimeZone, up to 16 hours either way of UTC:
+# the latest instant is the one that stays in year 9999 east of UTC (and is what
+# complete.sql stores for a wait without deadline). A time before 1970 is long past,
+# which "due now" already says, and the dates of the Julian calendar and BC never come
+# near. The database holds the same bounds: pgqueue.check_due() and the CHECK
+# constraints of migration 0022.
+EARLIEST_DUE = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_DUE = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 class ValidationError(UserError, ValueError):
@@ -56,14 +67,19 @@ def check_text(what: str, text: str) -> None:
 
 
 def check_key(what: str, key: str | None, limit: int = MAX_KEY_BYTES) -> str | None:
-    """A group, idempotency or event key (None: none) of at most `limit` bytes in UTF-8.
-    Longer keys would not fit the indexes that hold them (a btree entry has at most 2,704
-    bytes), and fail with a server error far from their enqueue."""
+    """A group, idempotency, unique or event key (None: none) of at most `limit` bytes in
+    UTF-8, in Unicode normal form NFC: the key to store and compare. Longer keys would not
+    fit the indexes that hold them (a btree entry has at most 2,704 bytes), and fail with
+    a server error far from their enqueue. Keys compare byte for byte in the database, so
+    "é" typed as one code point and as "e" plus a combining accent would otherwise be two
+    keys; pgqueue.nfc() gives keys given in SQL the same form."""
     if key is None:
         return None
     if not isinstance(key, str):
         raise InvalidArguments(f"{what} must be a string, not {type(key).__name__}")
     check_text(what, key)
+    if not key.isascii() and not unicodedata.is_normalized("NFC", key):
+        key = unicodedata.normalize("NFC", key)
     if len(key) > limit // 4 and len(key.encode()) > limit:
         raise InvalidArguments(
             f"{what} is {len(key.encode()):,} bytes in UTF-8, over the {limit}-byte limit: "
@@ -73,7 +89,7 @@ def check_key(what: str, key: str | None, limit: int = MAX_KEY_BYTES) -> str | N
 
 
 def check_priority(priority: int) -> int:
-    if not isinstance(priority, int):
+    if not isinstance(priority, int) or isinstance(priority, bool):
         raise InvalidArguments(f"priority must be an int, not {type(priority).__name__}")
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise OutOfRange(
@@ -84,7 +100,7 @@ def check_priority(priority: int) -> int:
 
 
 def check_max_attempts(max_attempts: int) -> int:
-    if not isinstance(max_attempts, int):
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool):
         raise InvalidArguments(f"max_attempts must be an int, not {type(max_attempts).__name__}")
     if not 1 <= max_attempts <= MAX_ATTEMPTS_MAX:
         raise OutOfRange(
@@ -98,7 +114,7 @@ def check_seconds(what: str, seconds: float | timedelta, *, zero: bool) -> float
     seconds, finite and at most MAX_SECONDS."""
     if isinstance(seconds, timedelta):
         seconds = seconds.total_seconds()
-    if not isinstance(seconds, (int, float)):
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         raise InvalidArguments(f"{what} must be a number of seconds, not {type(seconds).__name__}")
     try:
         value = float(seconds)
@@ -111,3 +127,23 @@ def check_seconds(what: str, seconds: float | timedelta, *, zero: bool) -> float
             f"{what} must be {low} seconds and at most {MAX_SECONDS:,} (100 years), not {value:g}"
         )
     return value
+
+
+def check_due(what: str, when: datetime) -> datetime:
+    """A due time: a timezone-aware datetime from EARLIEST_DUE to LATEST_DUE."""
+    if not isinstance(when, datetime):
+        raise InvalidArguments(f"{what} must be a datetime, not {type(when).__name__}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise OutOfRange(
+            f"{what} must be timezone-aware (e.g. datetime.now(timezone.utc)), not {when}"
+        )
+    try:
+        in_range = EARLIEST_DUE <= when <= LATEST_DUE
+    except OverflowError:  # an offset that takes it past year 1 or 9999 in UTC
+        in_range = False
+    if not in_range:
+        raise OutOfRange(
+            f"{what} must be from {EARLIEST_DUE:%Y-%m-%d} to {LATEST_DUE:%Y-%m-%d} "
+            f"00:00 UTC, not {when.isoformat()}"
+        )
+    return when

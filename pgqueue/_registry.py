@@ -47,6 +47,11 @@ def check_limits(
         ("concurrency", concurrency),
         ("group_concurrency", group_concurrency),
     ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidArguments(
+                f"queue {queue!r}: {label} must be an int (or None for no limit), "
+                f"not {type(value).__name__}"
+            )
         if value is not None and not 1 <= value <= LIMIT_MAX:
             raise OutOfRange(
                 f"queue {queue!r}: {label} must be 1 to {LIMIT_MAX} (or None for no limit), "

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any, overload
 import psycopg
 
 from pgqueue import _json, _unique
-from pgqueue._checks import check_key, check_max_attempts, check_name, check_priority, check_seconds
+from pgqueue._checks import (
+    check_due,
+    check_key,
+    check_max_attempts,
+    check_name,
+    check_priority,
+    check_seconds,
+)
 from pgqueue.errors import InvalidArguments
 
 if TYPE_CHECKING:
@@ -236,15 +243,15 @@ def build_row(
     when the task was registered: only the options are checked here)."""
     what = f"arguments of task {task!r}"
     delay = None if opts.delay is None else check_seconds("delay", opts.delay, zero=True)
-    if opts.run_at is not None and opts.run_at.tzinfo is None:
-        raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    run_at = None if opts.run_at is None else check_due("run_at", opts.run_at)
     limit, depth = app.max_payload_bytes, app.max_json_depth
     # None is tested here: most runs have no keys, and a call costs more than the test
     group_key = opts.group if opts.group is not None else group
     if group_key is not None:
-        check_key("group key", group_key)
-    if opts.idempotency_key is not None:
-        check_key("idempotency key", opts.idempotency_key)
+        group_key = check_key("group key", group_key)
+    idempotency_key = opts.idempotency_key
+    if idempotency_key is not None:
+        idempotency_key = check_key("idempotency key", idempotency_key)
     uniq = None
     if (
         opts.unique_key is not None
@@ -279,8 +286,8 @@ def build_row(
             timeout if opts.timeout is None else check_seconds("timeout", opts.timeout, zero=False)
         ),
         group_key=group_key,
-        idempotency_key=opts.idempotency_key,
-        run_at=opts.run_at,
+        idempotency_key=idempotency_key,
+        run_at=run_at,
         delay=delay,
         parent_id=opts.parent_id,
         unique_key=None if uniq is None else uniq.key_for(args, kwargs),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._checks import check_seconds
+from pgqueue._checks import check_due, check_seconds
 
 if TYPE_CHECKING:
     from pgqueue._progress import Progress
@@ -173,8 +173,7 @@ class Context:
         self.durable.sleep_until(name, {"seconds": seconds})
 
     def sleep_until(self, name: str, when: datetime) -> None:
-        if when.tzinfo is None:
-            raise ValueError("sleep_until needs a timezone-aware datetime")
+        check_due("sleep_until", when)
         self.durable.sleep_until(name, {"until": when.isoformat()})
 
     def wait_for_event(

@@ -74,8 +74,16 @@ class RetryAfter(Exception):
     """Raise from a task to run it again after `seconds` without using an attempt."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
-        if seconds < 0:
-            raise ValueError("RetryAfter seconds must be >= 0")
+        from pgqueue._checks import MAX_SECONDS
+
+        # math.inf: no due time (the run stays scheduled at the latest due time, until
+        # canceled); any other value must give a due time the database can store
+        # (docs/security.md, Input limits)
+        if not (0 <= seconds <= MAX_SECONDS or seconds == float("inf")):
+            raise ValueError(
+                f"RetryAfter seconds must be 0 to {MAX_SECONDS:,} (100 years) or math.inf, "
+                f"not {seconds!r}"
+            )
         self.seconds = float(seconds)
         super().__init__(reason or f"retry after {seconds:g}s")
 

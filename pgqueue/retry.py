@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pgqueue._checks import MAX_SECONDS
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -18,13 +20,25 @@ class RetryPolicy:
     jitter: float = 0.25
 
     def __post_init__(self) -> None:
-        if self.base < 0 or self.factor < 1 or self.max_delay < 0 or not 0 <= self.jitter <= 1:
+        # (NaN fails every comparison: refused too)
+        if not (
+            0 <= self.base <= MAX_SECONDS
+            and 1 <= self.factor <= MAX_SECONDS
+            and 0 <= self.max_delay <= MAX_SECONDS
+            and 0 <= self.jitter <= 1
+        ):
             raise ValueError(
-                "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0, 0 <= jitter <= 1"
+                "RetryPolicy needs 0 <= base, 1 <= factor, 0 <= max_delay (each at most "
+                f"{MAX_SECONDS:,}, 100 years, so that a due time stays storable) and "
+                "0 <= jitter <= 1"
             )
 
     def delay(self, attempt: int) -> float:
-        raw = min(self.max_delay, self.base * self.factor ** max(0, attempt - 1))
+        try:
+            grown = self.base * self.factor ** max(0, attempt - 1)
+        except OverflowError:  # a late attempt of a steep policy: past any max_delay
+            grown = self.max_delay
+        raw = min(self.max_delay, grown)
         spread = raw * self.jitter
         return max(0.0, raw + random.uniform(-spread, spread))
 

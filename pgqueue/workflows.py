@@ -249,7 +249,7 @@ class Durable:
 
     def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
         check_name("event", event)
-        check_key("event key", key)
+        key = check_key("event key", key)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout, zero=True)
         name = self.unique_name(name)

@@ -16,5 +16,11 @@ woken AS (
 SELECT (SELECT count(*) FROM woken) AS woken,
        (SELECT count(pg_notify('pgqueue_queued', %(queue)s))
           FROM (SELECT 1 FROM woken LIMIT 1) w) AS notified,
-       (SELECT min(run_at) FROM pgqueue.runs
-         WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) AS next_due
+       -- in seconds, and capped: a timestamp Python cannot hold (year 10000 in the
+       -- session's time zone) must not fail the stager's pass (docs/security.md)
+       (SELECT extract(epoch FROM CASE WHEN m > timestamptz '9999-12-31 00:00:00+00'
+                                       THEN timestamptz '9999-12-31 00:00:00+00' ELSE m END
+                                  - now())::double precision
+          FROM (SELECT min(run_at) AS m FROM pgqueue.runs
+                 WHERE state = 'waiting' AND queue = %(queue)s AND run_at > now()) n)
+           AS next_due_seconds

@@ -636,7 +636,12 @@ def test_why_rate_limits_and_ordered_groups(
     assert why(web, second) == ["group t9 at its rate limit 1/m (1 start in the last minute)"]
     app.set_limits("feed", concurrency=None, group_concurrency=1, ordered=True)
     first = enqueue(
-        conn, queue="feed", group_key="acct", state="scheduled", limited=True, run_at="infinity"
+        conn,
+        queue="feed",
+        group_key="acct",
+        state="scheduled",
+        limited=True,
+        run_at="9999-12-31 00:00:00+00",
     )
     later = enqueue(conn, queue="feed", group_key="acct", limited=True)
     assert why(web, later) == [f"ordered group acct: waits for run {first} to finish"]

@@ -65,7 +65,7 @@ def test_inspection_views(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
         "UPDATE pgqueue.runs SET run_at = now() - interval '90 seconds' WHERE id = %s", (oldest,)
     )
-    insert_run(conn, queue="mail", state="scheduled", run_at="infinity")
+    insert_run(conn, queue="mail", state="scheduled", run_at="9999-12-31 00:00:00+00")
     running = insert_run(conn, queue="mail", state="running", started_at="now")
     finished(conn, "succeeded", timedelta(seconds=10), queue="mail")
     finished(conn, "succeeded", timedelta(minutes=30), queue="mail")
@@ -229,7 +229,7 @@ def test_worker_prunes_with_its_retention(app: pgqueue.App, conn: psycopg.Connec
         finished(conn, "canceled", timedelta(days=31)),
     }
     # A finished child of a parent that has not finished stays: the parent reads it.
-    parent = insert_run(conn, state="waiting", run_at="infinity")
+    parent = insert_run(conn, state="waiting", run_at="9999-12-31 00:00:00+00")
     keep.add(finished(conn, "succeeded", timedelta(days=8), parent_id=parent))
     keep.add(parent)
     conn.execute(

@@ -18,7 +18,7 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -240,7 +240,10 @@ class Worker:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
         self.lease_keeper.start()
-        producer.open(stop, pool, self.completer, limits, self.lease_keeper, self.stager.stage)
+        # (a stager pass answers its next due time in seconds; Producer.open's annotation
+        # still says datetime, and the producer reads only the count)
+        stage = cast(Any, self.stager.stage)
+        producer.open(stop, pool, self.completer, limits, self.lease_keeper, stage)
         # the frames whose local `held` names the attempt running on the loop
         watch = LoopWatch(
             self.lease_seconds,

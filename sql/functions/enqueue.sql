@@ -1,7 +1,9 @@
 -- Enqueue from SQL (psql, triggers). Same row shape, input limits and wake-up as the
 -- Python API: the run is `scheduled` if run_at is in the future, else `queued`, and is
 -- flagged `limited` when its queue is claimed by claim_limited()
--- (sql/parts/queue_flags_runs.sql).
+-- (sql/parts/queue_flags_runs.sql). Keys are stored in NFC (pgqueue.nfc()), args and
+-- kwargs are at most 1 MiB each (App's default max_payload_bytes), and run_at is within
+-- pgqueue.check_due()'s range (docs/security.md, Input limits).
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     task            text,
     args            jsonb DEFAULT '[]',
@@ -22,6 +24,8 @@ DECLARE
     new_id bigint;
     new_state text := CASE WHEN run_at IS NOT NULL AND run_at > now()
                            THEN 'scheduled' ELSE 'queued' END;
+    idem text := pgqueue.nfc(enqueue.idempotency_key);
+    grp text := pgqueue.nfc(enqueue.group_key);
 BEGIN
     IF coalesce(length(enqueue.task), 0) NOT BETWEEN 1 AND 200
        OR coalesce(length(enqueue.queue), 0) NOT BETWEEN 1 AND 200 THEN
@@ -44,8 +48,11 @@ BEGIN
                         '3153600000 (100 years), not %', enqueue.timeout_seconds
               USING ERRCODE = 'numeric_value_out_of_range';
     END IF;
-    PERFORM pgqueue.check_length('group_key', enqueue.group_key, 512),
-            pgqueue.check_length('idempotency_key', enqueue.idempotency_key, 512),
+    PERFORM pgqueue.check_due('run_at', enqueue.run_at),
+            pgqueue.check_length('group_key', grp, 512),
+            pgqueue.check_length('idempotency_key', idem, 512),
+            pgqueue.check_size('args', enqueue.args, 1048576),
+            pgqueue.check_size('kwargs', enqueue.kwargs, 1048576),
             pgqueue.check_depth('args', enqueue.args),
             pgqueue.check_depth('kwargs', enqueue.kwargs);
     INSERT INTO pgqueue.runs AS r (task, queue, state, priority, args, kwargs, max_attempts,
@@ -53,7 +60,7 @@ BEGIN
                                    limited)
     VALUES (enqueue.task, enqueue.queue, new_state, enqueue.priority, enqueue.args,
             enqueue.kwargs, enqueue.max_attempts, enqueue.timeout_seconds,
-            coalesce(enqueue.group_key, ''), enqueue.idempotency_key,
+            coalesce(grp, ''), idem,
             coalesce(enqueue.run_at, now()),
             EXISTS (SELECT 1 FROM pgqueue.queues q
                      WHERE q.name = enqueue.queue
@@ -63,7 +70,7 @@ BEGIN
     RETURNING r.id INTO new_id;
     IF new_id IS NULL THEN
         SELECT r.id INTO new_id FROM pgqueue.runs r
-        WHERE r.idempotency_key = enqueue.idempotency_key;
+        WHERE r.idempotency_key = idem;
         RETURN new_id;
     END IF;
     IF new_state = 'queued' THEN

@@ -31,6 +31,7 @@ DECLARE
     holder_id bigint;
     holder_created timestamptz;
     key text;
+    idem text;
     scope text;
     window_seconds double precision;
     tries integer;
@@ -40,8 +41,11 @@ BEGIN
         due := coalesce((e ->> 'run_at')::timestamptz,
                         now() + coalesce((e ->> 'delay')::double precision, 0)
                                 * interval '1 second');
+        PERFORM pgqueue.check_due('run_at', due);
         new_state := CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END;
-        key := e ->> 'unique_key';
+        -- the keys as Python makes them (NFC), for a call written by hand too
+        key := pgqueue.nfc(e ->> 'unique_key');
+        idem := pgqueue.nfc(e ->> 'idempotency_key');
         scope := e ->> 'unique_while';
         window_seconds := (e ->> 'unique_for')::double precision;
         tries := 0;
@@ -59,7 +63,7 @@ BEGIN
             VALUES (e ->> 'task', e ->> 'queue', new_state, (e ->> 'priority')::smallint,
                     e -> 'args', e -> 'kwargs', (e ->> 'max_attempts')::integer,
                     (e ->> 'timeout_seconds')::double precision,
-                    coalesce(e ->> 'group_key', ''), e ->> 'idempotency_key', due,
+                    coalesce(e ->> 'group_key', ''), idem, due,
                     (e ->> 'parent_id')::bigint,
                     -- flagged if its queue is claimed by claim_limited()
                     -- (sql/parts/queue_flags_runs.sql)
@@ -93,9 +97,9 @@ BEGIN
                 FOR NO KEY UPDATE;
             END IF;
             IF holder_id IS NULL THEN
-                IF e ->> 'idempotency_key' IS NOT NULL THEN
+                IF idem IS NOT NULL THEN
                     SELECT r.id INTO holder_id FROM pgqueue.runs r
-                    WHERE r.idempotency_key = e ->> 'idempotency_key';
+                    WHERE r.idempotency_key = idem;
                     IF holder_id IS NOT NULL THEN
                         run_n := i; run_id := holder_id; run_created := false;
                         RETURN NEXT;

@@ -13,7 +13,12 @@ WITH live AS (
     SELECT queue, 'scheduled' AS state, count(*) AS n, NULL::timestamptz AS oldest
       FROM pgqueue.runs WHERE state = 'scheduled' GROUP BY queue
     UNION ALL
-    SELECT queue, 'queued', count(*), min(run_at)
+    -- due times clamped to the range migration 0022 enforces: a row stored before it
+    -- (infinity, a BC date) must not fail the view (subtracting an infinite timestamp
+    -- fails before PostgreSQL 16)
+    SELECT queue, 'queued', count(*),
+           least(greatest(min(run_at), timestamptz '1970-01-01 00:00:00+00'),
+                 timestamptz '9999-12-31 00:00:00+00')
       FROM pgqueue.runs WHERE state = 'queued' GROUP BY queue
     UNION ALL
     SELECT queue, 'running', count(*), NULL
@@ -44,7 +49,11 @@ unfolded AS (
             AND started_at IS NOT NULL
           ORDER BY finished_at
           LIMIT 1000) r,
-         LATERAL (VALUES ('pickup', date_part('epoch', r.started_at - r.run_at)),
+         LATERAL (VALUES ('pickup',
+                          date_part('epoch', r.started_at
+                                    - least(greatest(r.run_at,
+                                                     timestamptz '1970-01-01 00:00:00+00'),
+                                            timestamptz '9999-12-31 00:00:00+00'))),
                          ('duration', date_part('epoch', r.finished_at - r.started_at)))
              AS k(kind, seconds)
 ),

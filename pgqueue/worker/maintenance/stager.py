@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, LiteralString
+
+import psycopg
 
 from pgqueue import _sql
 from pgqueue.worker._service import Pool, Service
+
+log = logging.getLogger("pgqueue.worker")
 
 BATCH = 1000
 SAFETY_NET_EVERY = 5  # ticks
@@ -49,11 +53,17 @@ class Stager(Service):
             await asyncio.wait_for(self._nudged.wait(), delay)
         self._nudged.clear()
 
-    async def stage(self) -> tuple[int, datetime | None]:
-        """One pass over the served queues: runs made ready, and the earliest time at
-        which another becomes due."""
+    async def stage(self) -> tuple[int, float | None]:
+        """One pass over the served queues: runs made ready, and the seconds until
+        another becomes due (None: none is scheduled).
+
+        The statements answer that wait in seconds, computed and clamped by the database,
+        never as a timestamp: a due time Python cannot hold must not stop the pass. A
+        statement that fails on one queue's rows (a value error, or a constraint that a
+        row stored before it breaks when staged) is logged and skips that queue only, so
+        the delays, backoffs, sleeps and deadlines of the others still come due."""
         total = 0
-        next_due: datetime | None = None
+        next_due: float | None = None
         self.ticks += 1
         queries = ["stage_due", "wake_expired_waits"]
         if self.ticks % SAFETY_NET_EVERY == 1:
@@ -61,7 +71,16 @@ class Stager(Service):
         async with self.pool.connection() as conn:
             for queue in self.queues:
                 for name in queries:
-                    staged, due = await self._drain(conn, _sql.query(name), queue)
+                    try:
+                        staged, due = await self._drain(conn, _sql.query(name), queue)
+                    except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+                        log.error(
+                            "stager: %s failed for queue %r, skipped this round: %s",
+                            name,
+                            queue,
+                            str(exc).splitlines()[0],
+                        )
+                        continue
                     total += staged
                     if due is not None and (next_due is None or due < next_due):
                         next_due = due
@@ -81,13 +100,8 @@ class Stager(Service):
         staged, next_due = await self.stage()
         if staged:
             self.staged()
-        interval = self.interval
         if next_due is None:
-            return interval
+            return self.interval
         # Sleep until the next run is due (on the database clock), but never longer
         # than the interval, so that runs scheduled meanwhile are seen too.
-        async with self.pool.connection() as conn:
-            cur = await conn.execute("SELECT extract(epoch FROM %s - now())::float8", (next_due,))
-            row = await cur.fetchone()
-        wait = float(row[0]) if row else interval
-        return max(0.01, min(interval, wait))
+        return max(0.01, min(self.interval, next_due))
