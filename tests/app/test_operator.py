@@ -41,9 +41,12 @@ def test_cancel_with_children_cancels_the_runs_it_started(app: pgqueue.App, conn
 def test_retry_queues_a_finished_run_again_and_records_it(app: pgqueue.App, conn: Conn) -> None:
     run_id = app.enqueue_by_name("ops.send").id
     assert _operator.retry(conn, run_id) is False  # not finished
-    _operator.cancel(conn, run_id, children=False)
+    _operator.cancel(conn, run_id, children=False, reason="wrong recipient")
+    conn.execute("UPDATE pgqueue.runs SET error = 'ValueError: boom' WHERE id = %s", [run_id])
     assert _operator.retry(conn, run_id) is True
-    assert state(conn, run_id) == "queued"
+    run = _inspect.get_run(conn, run_id)
+    # queued again, it shows neither the last error nor why it was canceled
+    assert (run.state, run.error, run.cancel_reason) == ("queued", None, None)
     kinds = [e["kind"] for e in _inspect.rows(conn, "run_errors", {"id": run_id})]
     assert kinds == ["retried"]
 
