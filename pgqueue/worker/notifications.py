@@ -178,8 +178,11 @@ class Listener:
                 await asyncio.sleep(delay)
 
     async def _read(self, pgconn: pq.abc.PGconn) -> None:
-        """Read the connection as long as it lives, one read of its socket per turn of
-        the loop, each folded into the summary and acted on (module docstring)."""
+        """Read the connection as long as it lives, one read per turn of the loop, each
+        folded into the summary and acted on (module docstring). After a read that
+        brought notifications the next turn reads again (TLS may hold decrypted bytes
+        that the socket no longer shows); after one that brought none, the next waits
+        for the socket."""
         loop = asyncio.get_running_loop()
         readable = asyncio.Event()
         fd = pgconn.socket
@@ -187,12 +190,16 @@ class Listener:
         try:
             self._act(self._fold(pgconn))  # parsed already, after LISTEN's result
             while True:
-                await readable.wait()
                 readable.clear()
                 pgconn.consume_input()  # raises if the connection was lost
                 if pgconn.status != pq.ConnStatus.OK:
                     raise psycopg.OperationalError("the listener's connection was closed")
-                self._act(self._fold(pgconn))
+                notes = self._fold(pgconn)
+                self._act(notes)
+                if notes:
+                    await asyncio.sleep(0)
+                else:
+                    await readable.wait()
         finally:
             loop.remove_reader(fd)
 
