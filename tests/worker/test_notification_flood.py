@@ -12,9 +12,9 @@ blocked long enough for the worker's watchdog to say so (a third of the lease).
 
 NOTES is four times the bar of issue #40 (a million): the flood then lasts seconds, so
 that it outlasts a lease and many probes are enqueued during it. On the listener that ran
-claims on its own connection and kept what arrived meanwhile, it fails every way: RSS
-over 300 MB, pickups of 5 to 14 s, the loop blocked for up to 13 s, runs rescued while
-running and executed twice.
+claims on its own connection and kept what arrived meanwhile, it fails on every channel,
+every way: RSS of 210 to 790 MB, pickups of 4 to 14 s, the loop blocked for up to 13 s,
+runs rescued while running and executed twice.
 """
 
 from __future__ import annotations
