@@ -73,7 +73,7 @@ DUE_EVERY = 0.02
 RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
 # A flood: this many notifications read since the last look at the queues. Then the
 # queues are looked at every LOOK_EVERY seconds until the notifications stop. Reading a
-# thousand takes about a millisecond: fewer cannot hide a notification for long.
+# thousand takes a millisecond or two: fewer cannot hide a notification for long.
 FLOOD_NOTES = 1000
 LOOK_EVERY = 0.1
 # The listener's longest wait between two reconnects. Until it is back, idle workers hear
