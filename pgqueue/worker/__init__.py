@@ -4,7 +4,8 @@ producer     - claims runs in batches (SKIP LOCKED) whenever slots are free (pro
 executor     - owns each attempt's life: threads for sync tasks, the event loop for async
                ones, timeouts, hooks, lost leases (executor.py, attempt.py)
 completer    - writes outcomes in batches, fenced by lease (_completer.py)
-listener     - LISTEN for new work, cancels and queue config (notifications.py)
+listener     - LISTEN for new work, cancels, queue config and due times, read with
+               bounded memory and loop time whatever arrives (notifications.py)
 shutdown     - signals, draining, closing the loop (shutdown.py)
 maintenance/ - one module per periodic duty: the lease keeper (its own thread), the loop
                watchdog, the rescuer, the stager, the scheduler, the pruners, the queue
@@ -210,7 +211,7 @@ class Worker:
         self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
         self.completer.deferred = self.stager.nudge  # a sleep or backoff was written
         self.listener = Listener(
-            self.dsn,  # with generic plans, as the pool's: it claims too (pick_up)
+            self.dsn,
             pool,
             self.queues,
             executor.held,

@@ -82,6 +82,7 @@ class Completer:
         self.written = written
         self.wrote = wrote
         self._pending: list[tuple[Outcome, Settle]] = []
+        self._writing: list[tuple[Outcome, Settle]] = []  # the batch on its way
         self._ready = asyncio.Event()
         self.unwritten = 0  # outcomes handed in and not settled yet
         self._settled = asyncio.Event()  # set whenever unwritten is 0
@@ -110,6 +111,13 @@ class Completer:
         self._settled.clear()
         self._ready.set()
 
+    def leases(self) -> list[tuple[int, str]]:
+        """On the loop: the leases of the outcomes handed in and not settled yet. Their
+        runs are still this worker's until the write lands, so the lease keeper renews
+        them as it does the running ones: a loop blocked (by task code) before the write
+        would otherwise let them expire, and a run that succeeded would run again."""
+        return [(o.id, o.lease_token) for o, _ in (*self._writing, *self._pending)]
+
     async def settled(self) -> None:
         """Return once every outcome handed in so far is written or fenced out."""
         await self._settled.wait()
@@ -122,7 +130,11 @@ class Completer:
             if not batch:
                 continue
             deferred, self._deferred_pending = self._deferred_pending, False
-            ids = await self._write_with_retry([o for o, _ in batch])
+            self._writing = batch
+            try:
+                ids = await self._write_with_retry([o for o, _ in batch])
+            finally:
+                self._writing = []
             # Runs that left `running` gave their permits back: a claim of a limited
             # queue that found no room a moment ago may find some now.
             self.wrote()

@@ -53,7 +53,7 @@ class Held:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     # the worker's asyncio task for this attempt, while it awaits an async task's code
     awaiting: asyncio.Task[Any] | None = field(default=None, repr=False)
-    submitted: bool = False  # its outcome went to the completer: stop renewing
+    submitted: bool = False  # its outcome went to the completer (which lists its lease)
     # write nothing (more): lease lost, run canceled, or (with submitted) the attempt's
     # timeout failure already went to the completer while its code still runs
     lost: bool = False

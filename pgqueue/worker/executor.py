@@ -259,8 +259,12 @@ class Executor:
 
     def leases(self) -> list[tuple[int, str]]:
         """On the loop: the leases of the attempts whose outcome is still to be written
-        (what the lease keeper renews)."""
-        return [(h.id, h.lease_token) for h in self.held if not h.submitted and not h.lost]
+        (what the lease keeper renews): those still running here, and those whose
+        outcome the completer has not written yet."""
+        leases = [(h.id, h.lease_token) for h in self.held if not h.submitted and not h.lost]
+        if self.completer is not None and self.completer.unwritten:
+            leases += self.completer.leases()
+        return leases
 
     def running(self) -> list[str]:
         """On the loop: the lease tokens of the attempts whose code still runs here (or

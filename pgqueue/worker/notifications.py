@@ -1,18 +1,40 @@
-"""Wake-ups: a dedicated connection LISTENs for new queued runs, cancels and queue config.
+"""Wake-ups: a dedicated connection LISTENs for new queued runs, cancels, queue config and
+due times.
 
 NOTIFY is an accelerator, never the source of truth: after every (re)connect the worker
-polls, and it polls every poll_interval anyway. Any role that can connect can NOTIFY on
-any channel, so a notification is only ever a hint to look at the database, and a burst
-of them costs one look, not one per notification:
+looks at everything (claims, checks the runs it holds, re-reads the limits, stages), and
+it polls every poll_interval anyway. Any role that can connect can NOTIFY on any channel,
+so a notification is only ever a hint to look at the database, and what any number of
+them can cost this process is bounded:
 
-pgqueue_queued  an idle worker claims the queue's runs on this very connection (see
-                pgqueue.worker.producer, pick_up); a busy one wakes the claim loop (an
-                event: a thousand wake-ups are one claim)
+- The connection only listens: once LISTEN is in place no statement runs on it, so no
+  result ever waits behind notifications (a claim's rows that arrived seconds after
+  their lease began would be lost leases).
+- It is read on the event loop as libpq parses it: one read of the socket (libpq's input
+  buffer, some kilobytes) per turn of the loop, every notification of it folded at once
+  into a summary of fixed size (the served queues heard of, up to CANCEL_PENDING_MAX run
+  ids else "check every run held", config heard of, due heard of) and then dropped.
+  Memory stays libpq's buffer plus that summary, and the loop's other work runs between
+  two reads, however many notifications arrive. What is not read yet waits in the
+  server's queue.
+- After each read the summary is acted on, once for the whole read:
+
+pgqueue_queued  an idle worker claims the queue's runs on a connection of the pool (see
+                pgqueue.worker.producer, pick_up; one pick-up at a time, the queues heard
+                of meanwhile after it); a busy one wakes the claim loop (an event: a
+                thousand wake-ups are one claim)
 pgqueue_cancel  the runs named are checked in one statement (sql/leases_held.sql) and
                 only those no longer leased to this worker are stopped
 pgqueue_config  the queues' limits are read again, at most once per CONFIG_EVERY
 pgqueue_due     the stager looks at its queues' due times again (a delayed event was
-                emitted: its waiters are due when it is)
+                emitted: its waiters are due when it is), at most once per DUE_EVERY
+
+A flood delays real notifications: the server sends every listener the notifications of
+all senders in commit order, so an enqueue's own notification can sit behind a million
+forged ones. While notifications keep coming (FLOOD_NOTES since the last look), the
+worker also looks at its queues every LOOK_EVERY, whatever they say: one look per burst
+(and at most one per LOOK_EVERY), so a run enqueued during a flood starts within
+LOOK_EVERY plus a claim.
 """
 
 from __future__ import annotations
@@ -23,10 +45,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import pq
 
 from pgqueue import _faults, _sql
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
-from pgqueue.worker.connection import configure_connection
 
 if TYPE_CHECKING:
     from pgqueue.worker.attempt import Held
@@ -45,22 +67,31 @@ CANCEL_GATHER = 0.02
 # look checks every run this worker holds instead, which costs the same one statement.
 CANCEL_PENDING_MAX = 1024
 CONFIG_EVERY = 0.5  # seconds between two refreshes of the queues' limits on NOTIFY, at least
+# Seconds between two nudges of the stager on NOTIFY, at least: a delayed event's waiters
+# are staged within 100 ms of their due time (DESIGN.md 17), so well under that.
+DUE_EVERY = 0.02
 RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
+# A flood: this many notifications read since the last look at the queues. Then the
+# queues are looked at every LOOK_EVERY seconds until the notifications stop. Reading a
+# thousand takes a millisecond or two: fewer cannot hide a notification for long.
+FLOOD_NOTES = 1000
+LOOK_EVERY = 0.1
 # The listener's longest wait between two reconnects. Until it is back, idle workers hear
 # of new runs only at their next poll (every poll_interval, 5 s by default): a failover or
 # a restart would otherwise cost seconds of pickup latency after the server is back. A try
 # against a server that is down or a standby costs one refused or closed connection.
 RECONNECT_CAP = 1.0
 
+_QUEUED, _CANCEL, _CONFIG, _DUE = (c.encode() for c in (QUEUED, CANCEL, CONFIG, DUE))
 
-PickUp = Callable[[psycopg.AsyncConnection[Any], str], Awaitable[int]]
+PickUp = Callable[[str], Awaitable[int]]
 
 
 class Listener:
     """LISTENs on its own connection to `dsn` for the served `queues`: on new work of a
-    queue, `pick_up(conn, queue)` on that connection while `idle()`, else `wake()`;
-    `lose(run_id, why)` for a run of `held` whose lease is no longer this worker's,
-    `refresh_limits()` when a queue's limits changed."""
+    queue, `pick_up(queue)` while `idle()`, else `wake()`; `lose(run_id, why)` for a run
+    of `held` whose lease is no longer this worker's, `refresh_limits()` when a queue's
+    limits changed, `due()` when a queue's due times did."""
 
     def __init__(
         self,
@@ -87,18 +118,30 @@ class Listener:
         self.idle = idle
         self.pick_up = pick_up
         self.connect_kwargs = connect_kwargs or {}
-        self._served = set(queues)
         self.backend_pid: int | None = None  # of the connection LISTENing, once connected
         self.connected = asyncio.Event()
+        self.notes = 0  # notifications read, ever
+        # The summary of what was read (see the module's docstring), bounded whatever
+        # arrives: served queues (as the payloads carry them: the connection's encoding)
+        self._served: dict[bytes, str] = {}
+        self._queued: set[str] = set()  # served queues heard of, for the next pick-up
         self._cancels: set[int] = set()
         self._check_all = False
+        self._config = False
+        self._due = False
+        self._unlooked = 0  # notifications read since the last look at every queue
+        self._looked = 0.0  # when (loop time)
+        self._queued_hint = asyncio.Event()
         self._cancel_hint = asyncio.Event()
         self._config_hint = asyncio.Event()
+        self._due_hint = asyncio.Event()
 
     async def run(self) -> None:
         checks = [
+            asyncio.create_task(self._pick_up()),
             asyncio.create_task(self._check_cancels()),
             asyncio.create_task(self._refresh_config()),
+            asyncio.create_task(self._nudge_stager()),
         ]
         try:
             await self._listen()
@@ -114,17 +157,18 @@ class Listener:
                 kwargs = self.connect_kwargs | {"autocommit": True}
                 conn = await psycopg.AsyncConnection.connect(self.dsn, **kwargs)
                 async with conn:
-                    await configure_connection(conn)  # a claim's rows decode as the pool's
-                    await conn.execute(f"LISTEN {QUEUED}")
-                    await conn.execute(f"LISTEN {CANCEL}")
-                    await conn.execute(f"LISTEN {CONFIG}")
-                    await conn.execute(f"LISTEN {DUE}")
+                    # Notifications read while LISTEN runs are dropped (psycopg would keep
+                    # them, without bound): the look at everything below covers them.
+                    conn.pgconn.notify_handler = None
+                    await conn.execute(
+                        f"LISTEN {QUEUED}; LISTEN {CANCEL}; LISTEN {CONFIG}; LISTEN {DUE}"
+                    )
+                    self._served = served_payloads(self.queues, conn.info.encoding)
                     self.backend_pid = conn.info.backend_pid
                     self.connected.set()
                     failures = 0
-                    self.wake()  # anything enqueued while we were not listening
-                    while True:
-                        await self._serve(conn)
+                    self._look_at_everything()  # what was sent while we were not listening
+                    await self._read(conn.pgconn)
             except asyncio.CancelledError:
                 raise
             except DB_ERRORS as exc:
@@ -133,36 +177,85 @@ class Listener:
                 delay = outage_delay("listener", exc, failures, cap=RECONNECT_CAP)
                 await asyncio.sleep(delay)
 
-    async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """One batch of notifications (those that came in one read, or while the
-        connection ran a claim): the generator holds the connection until it returns,
-        and a claim on the connection must wait for that."""
-        served = self._served
-        queued: list[str] = []
-        async for note in conn.notifies(stop_after=1):
-            if note.channel == QUEUED:
-                if note.payload in served and note.payload not in queued:
-                    queued.append(note.payload)
-            elif note.channel == CANCEL:
-                self.cancel_hint(note.payload)
-            elif note.channel == CONFIG and note.payload in served:
-                self._config_hint.set()
-            elif note.channel == DUE and note.payload in served and self.due:
-                self.due()
-        for queue in queued:
-            if self.pick_up is None or self.idle is None or not self.idle():
-                self.wake()
-                continue
-            try:
-                await self.pick_up(conn, queue)
-            except DB_ERRORS:
-                self.wake()  # the claim loop claims them while this reconnects
-                raise
-            except Exception:
-                log.exception("claim on notification failed; the claim loop claims instead")
-                self.wake()
+    async def _read(self, pgconn: pq.abc.PGconn) -> None:
+        """Read the connection as long as it lives, one read per turn of the loop, each
+        folded into the summary and acted on (module docstring). After a read that
+        brought notifications the next turn reads again (TLS may hold decrypted bytes
+        that the socket no longer shows); after one that brought none, the next waits
+        for the socket."""
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        fd = pgconn.socket
+        loop.add_reader(fd, readable.set)
+        try:
+            self._act(self._fold(pgconn))  # parsed already, after LISTEN's result
+            while True:
+                readable.clear()
+                pgconn.consume_input()  # raises if the connection was lost
+                if pgconn.status != pq.ConnStatus.OK:
+                    raise psycopg.OperationalError("the listener's connection was closed")
+                notes = self._fold(pgconn)
+                self._act(notes)
+                if notes:
+                    await asyncio.sleep(0)
+                else:
+                    await readable.wait()
+        finally:
+            loop.remove_reader(fd)
 
-    def cancel_hint(self, payload: str) -> None:
+    def _fold(self, pgconn: pq.abc.PGconn) -> int:
+        """Fold the notifications libpq parsed into the summary: how many there were."""
+        notifies = pgconn.notifies
+        served = self._served
+        queued = self._queued
+        cancel_hint = self.cancel_hint
+        config = due = False
+        n = 0
+        while (note := notifies()) is not None:
+            n += 1
+            channel, _, payload = note
+            if channel == _QUEUED:
+                queue = served.get(payload)
+                if queue is not None:
+                    queued.add(queue)
+            elif channel == _CANCEL:
+                cancel_hint(payload)
+            elif channel == _CONFIG:
+                config = config or payload in served
+            elif channel == _DUE:
+                due = due or payload in served
+        self._config = self._config or config
+        self._due = self._due or due
+        return n
+
+    def _act(self, notes: int) -> None:
+        """Hand what one read brought to the duties that look (each at its own pace)."""
+        self.notes += notes
+        if self._queued:
+            self._queued_hint.set()
+        if self._config:
+            self._config = False
+            self._config_hint.set()
+        if self._due:
+            self._due = False
+            self._due_hint.set()
+        self._unlooked += notes
+        if self._unlooked >= FLOOD_NOTES:
+            now = asyncio.get_running_loop().time()
+            if now - self._looked >= LOOK_EVERY:
+                self._unlooked = 0
+                self._looked = now
+                self.wake()  # a real notification may wait behind these (docstring)
+
+    def _look_at_everything(self) -> None:
+        """After (re)connecting: whatever was sent while nothing listened."""
+        self.wake()
+        self._check_all = True
+        self._cancel_hint.set()
+        self._config_hint.set()
+        self._due_hint.set()
+
+    def cancel_hint(self, payload: bytes | str) -> None:
         """A pgqueue_cancel payload: remember the run id for the next look."""
         if not (payload.isascii() and payload.isdigit() and len(payload) <= RUN_ID_DIGITS):
             return  # not a run id (int() would take "²" or "1_0", and fail on some)
@@ -171,6 +264,24 @@ class Listener:
         else:
             self._check_all = True
         self._cancel_hint.set()
+
+    async def _pick_up(self) -> None:
+        """Claim the runs of the served queues heard of, one pick-up at a time."""
+        while True:
+            await self._queued_hint.wait()
+            self._queued_hint.clear()
+            queues, self._queued = self._queued, set()
+            for queue in queues:
+                if self.pick_up is None or self.idle is None or not self.idle():
+                    self.wake()
+                    continue
+                try:
+                    await self.pick_up(queue)
+                except DB_ERRORS:
+                    self.wake()  # the claim loop claims them, and reports the outage
+                except Exception:
+                    log.exception("claim on notification failed; the claim loop claims instead")
+                    self.wake()
 
     async def _check_cancels(self) -> None:
         failures = 0
@@ -225,3 +336,23 @@ class Listener:
             self.wake()
             # Notifications that arrive meanwhile make one more refresh, after this pause.
             await asyncio.sleep(CONFIG_EVERY)
+
+    async def _nudge_stager(self) -> None:
+        while True:
+            await self._due_hint.wait()
+            self._due_hint.clear()
+            if self.due is not None:
+                self.due()
+            await asyncio.sleep(DUE_EVERY)  # likewise
+
+
+def served_payloads(queues: list[str], encoding: str) -> dict[bytes, str]:
+    """The payloads that name a served queue, as they arrive (in the connection's
+    encoding; a name it cannot encode cannot arrive), and the queue each names."""
+    served = {}
+    for queue in queues:
+        try:
+            served[queue.encode(encoding)] = queue
+        except UnicodeEncodeError:
+            continue
+    return served

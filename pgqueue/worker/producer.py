@@ -4,10 +4,12 @@ mark, and stops claiming once the worker stops or reaches a recycling limit (max
 max_memory_mb).
 
 An idle worker's pickup of a new run: the listener hears the enqueue's NOTIFY and, while
-the claim loop has no claim on its way and slots are free (idle()), claims on its own
-connection (pick_up) instead of waking the loop, which would check a connection out of
-the pool: one task switch and one pool checkout less between the NOTIFY and the run's
-start. Both paths reserve slots the same way and start runs the same way (_start)."""
+the claim loop has no claim on its way and slots are free (idle()), claims the queue's
+runs itself (pick_up, on a connection of the pool) instead of waking the loop: one task
+switch less between the NOTIFY and the run's start. Never on the listener's connection:
+there a claim's rows would arrive behind every notification sent before them, which a
+flood makes seconds, while their leases run. Both paths reserve slots the same way and
+start runs the same way (_start)."""
 
 from __future__ import annotations
 
@@ -267,11 +269,10 @@ class Producer:
             and self._free() > 0
         )
 
-    async def pick_up(self, conn: AsyncConnection[Any], queue: str) -> int:
-        """Claim runs of `queue` into the free slots on `conn`, the listener's connection
-        (autocommit: the claim commits on its own and the session's LISTEN stays), and
+    async def pick_up(self, queue: str) -> int:
+        """Claim runs of `queue` into the free slots on a connection of the pool, and
         start them: the runs claimed. If the claim got all it asked for, the claim loop
-        is woken for the rest. A database error is the caller's (it reconnects)."""
+        is woken for the rest. A database error is the caller's (it wakes the loop)."""
         assert self._stop is not None and self._picked is not None
         if self._stop.is_set() or (self.max_memory_mb is not None and self._over_memory()):
             return 0
@@ -283,12 +284,10 @@ class Producer:
         self._picking += 1
         self._picked.clear()
         try:
-            undecodable = Undecodable.made
             try:
-                rows = await self._fetch(conn, queue, asked)
+                claimed = await self._claim(queue, asked)
             finally:
                 self.reserved -= asked
-            claimed = self._start(rows, undecodable)
         finally:
             self._picking -= 1
             if not self._picking:

@@ -10,6 +10,7 @@ import logging
 import socket
 import time
 import weakref
+from collections import Counter
 from datetime import timedelta
 
 import psycopg
@@ -17,6 +18,10 @@ import pytest
 
 import pgqueue
 from pgqueue.worker._claimed import Claimed
+from pgqueue.worker._completer import Completer
+from pgqueue.worker._transitions import Transitions
+from pgqueue.worker.attempt import Held
+from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
 from tests.helpers import scalar, wait_until
 from tests.worker import parts
@@ -244,3 +249,51 @@ def test_retries_never_wait_past_a_third_of_what_is_left_of_the_lease(dsn: str) 
         if after < expires:
             assert after - before <= max(LeaseKeeper.RETRY_MIN, (expires - before) / 3) + 0.15
     assert sum(1 for t in tries if t < expires) >= 6  # doubling up to lease / 3: 4
+
+
+def test_an_outcome_not_written_yet_keeps_its_lease(app: pgqueue.App, dsn: str) -> None:
+    """An attempt's outcome goes to the completer and its slot is freed at once; until the
+    write lands the run is still this worker's, so its lease is renewed like a running
+    one. Else a loop blocked (by task code) between the two lets the lease expire, and a
+    run that succeeded is rescued and runs again. Here the completer does not run at all
+    until a renewal has come and gone."""
+    ran: list[int] = []
+
+    @app.task
+    async def quick() -> None:
+        ran.append(1)
+
+    quick.enqueue()
+    (row,) = parts.claim(dsn, 1, lease_seconds=2)
+
+    async def main() -> None:
+        stats: Counter[str] = Counter()
+        executor = Executor(app, parts.WORKER_ID, 1, 2, stats, Transitions(None))
+        async with parts.pool(dsn) as pool:
+            completer = Completer(pool, parts.WORKER_ID, executor.written, lambda: None)
+            executor.open(completer, asyncio.Event())
+            held = Held(row.id, row.lease_token, row, app.make_context(row))
+            executor.held.add(held)
+            await executor.execute(held)  # its outcome is handed in, and its slot freed
+            assert ran == [1] and not executor.held and completer.unwritten == 1
+            keeper = LeaseKeeper(dsn, parts.WORKER_ID, 60, executor.leases, executor.leases_lost)
+            keeper.start()  # renews at once (the loop answers: it awaits below)
+            try:
+                renewed = await asyncio.to_thread(
+                    wait_until,
+                    lambda: lease_left(dsn, row.id) > timedelta(seconds=30),
+                    5,
+                    message="the renewal",
+                )
+            finally:
+                await asyncio.to_thread(keeper.stop)
+            assert renewed
+            writer = asyncio.create_task(completer.run())
+            try:
+                await asyncio.wait_for(completer.settled(), 10)
+            finally:
+                writer.cancel()
+        assert stats["succeeded"] == 1
+
+    asyncio.run(main())
+    assert parts.states(dsn) == {row.id: "succeeded"}

@@ -1,6 +1,7 @@
 """The producer alone, with an executor and a completer but no Worker: a claim round
 fills the free slots, queue after queue, and claims nothing once every slot is taken.
-And an idle worker's pickup: the listener claims a notified run on its own connection."""
+And an idle worker's pickup: the listener has a notified run claimed on a connection of the
+pool, and its own connection only ever LISTENs."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def settled(w: Any) -> bool:
     return bool(not w.executor.held and p.idle() and p._wake is not None and not p._wake.is_set())
 
 
-def test_an_idle_worker_claims_a_notified_run_on_the_listener_connection(
+def test_an_idle_worker_picks_up_a_notified_run_and_its_listener_only_listens(
     app: pgqueue.App,
 ) -> None:
     ran: list[int] = []
@@ -121,10 +122,11 @@ def test_an_idle_worker_claims_a_notified_run_on_the_listener_connection(
             wait_until(lambda: settled(w), message="an idle worker")
             run_id = ping.enqueue(i).id
             wait_until(lambda: app.get_run(run_id).state == "succeeded", timeout=10)  # noqa: B023
-            # on the listener's connection, which still LISTENs (the next one is heard)
-            assert w.stats["picked_up"] == i + 1
+            assert w.stats["picked_up"] == i + 1  # by the listener, not the claim loop
+            # not on the listener's connection: a claim's rows there would arrive behind
+            # every notification sent before them (pgqueue.worker.notifications)
             assert w.listener.backend_pid == pid
-            assert "pgqueue.runs" in last_query(app.dsn, pid)
+            assert "LISTEN" in last_query(app.dsn, pid)
         assert w.stats["claimed"] == 3
     assert ran == [0, 1, 2]
 
