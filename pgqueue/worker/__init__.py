@@ -19,7 +19,7 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -241,10 +241,7 @@ class Worker:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
         self.lease_keeper.start()
-        # (a stager pass answers its next due time in seconds; Producer.open's annotation
-        # still says datetime, and the producer reads only the count)
-        stage = cast(Any, self.stager.stage)
-        producer.open(stop, pool, self.completer, limits, self.lease_keeper, stage)
+        producer.open(stop, pool, self.completer, limits, self.lease_keeper, self.stager.stage)
         # the frames whose local `held` names the attempt running on the loop
         watch = LoopWatch(
             self.lease_seconds,

@@ -33,8 +33,6 @@ from pgqueue.worker.attempt import Held
 from pgqueue.worker.connection import Undecodable
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from psycopg import AsyncConnection
 
     from pgqueue.app import App
@@ -135,7 +133,7 @@ class Producer:
         self._burst = False
         self._picking = 0  # pick_up claims on their way
         self._picked: asyncio.Event | None = None  # set while none is
-        self.stage: Callable[[], Coroutine[Any, Any, tuple[int, datetime | None]]] | None = None
+        self.stage: Callable[[], Coroutine[Any, Any, tuple[int, float | None]]] | None = None
 
     def open(
         self,
@@ -144,7 +142,7 @@ class Producer:
         completer: Completer,
         limits: QueueLimits,
         lease_keeper: LeaseKeeper,
-        stage: Callable[[], Coroutine[Any, Any, tuple[int, datetime | None]]],
+        stage: Callable[[], Coroutine[Any, Any, tuple[int, float | None]]],
     ) -> None:
         """On the loop: what the claims use. `stage` is one stager pass (burst mode asks
         for one before it ends)."""
