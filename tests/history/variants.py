@@ -73,7 +73,7 @@ def install(variant: str) -> None:
     broken = breaker(original(name))
 
     def query(wanted: str) -> LiteralString:
-        return cast(LiteralString, broken) if wanted == name else original(wanted)
+        return cast(LiteralString, broken) if wanted == name else original(wanted)  # type: ignore[redundant-cast]
 
     _sql.query = query  # type: ignore[assignment]
 
