@@ -524,6 +524,7 @@ class Chaos:
             *log_patterns,
         )
         self.fault_start = self.fault_end = self.recovered_at = self.post_end = 0.0
+        self.drained_at = math.inf
         self.threshold = 1.0
         # A failover scenario sets this to when the new primary took over (_claim_reruns).
         self.promoted_at: float | None = None
@@ -597,6 +598,9 @@ class Chaos:
                 interval=0.1,
                 message="every run to finish",
             )
+        # schedules (PGQUEUE_CHAOS_CRON) go on firing until the workers stop: their runs
+        # enqueued from here on may be left unfinished
+        self.drained_at = time.time()
         codes = self.fleet.stop()
         self.findings.bad_exits = {pid: rc for pid, rc in codes.items() if rc != 0}
         self.monitor.halt()
@@ -619,7 +623,11 @@ class Chaos:
         into the test log; each violation is a problem of the scenario."""
         limits = {"chaos_limited": (chaos.LIMIT, chaos.GROUP_LIMIT)}
         history = collect.read(
-            self.dsn, limits, self.producer.acknowledged, self.producer.rolled_back
+            self.dsn,
+            limits,
+            self.producer.acknowledged,
+            self.producer.rolled_back,
+            cron_until=self.drained_at,
         )
         self.violations = check(history)
         self.history_report = report(self.violations, history)
@@ -661,7 +669,7 @@ class Chaos:
 
         # 1. every run ends, exactly once, with its work done
         f.missing = [i for i in self.producer.ids if i not in by_id]
-        f.unfinished = [(r[0], r[2]) for r in runs if r[2] not in TERMINAL]
+        f.unfinished = [(r[0], r[2]) for r in runs if r[2] not in TERMINAL and r[1] != chaos.TICK]
         entered: Counter[int] = Counter()
         left: Counter[int] = Counter()
         for run_id, old, new in transitions:

@@ -16,6 +16,7 @@ What records what:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -105,10 +106,12 @@ def read(
     limits: Mapping[str, tuple[int | None, int | None]],
     acknowledged: Iterable[tuple[float, int]] = (),
     rolled_back: Iterable[tuple[float, int]] = (),
+    cron_until: float = math.inf,
 ) -> History:
     """The whole history of a scenario that ran against `dsn`: what the producer says
     (`acknowledged` and `rolled_back`: (time, run id)), what the task app and the
-    triggers recorded, and the final state of every run."""
+    triggers recorded, and the final state of every run. Cron runs created after
+    `cron_until` (when the scenario stopped waiting for runs to finish) are left out."""
     h = History(limits=dict(limits))
     h.add(*(Enqueued(at, run) for at, run in acknowledged))
     h.add(*(RolledBack(at, run) for at, run in rolled_back))
@@ -153,7 +156,7 @@ def read(
     end = max((e.at for e in h.events), default=0.0)
     for run, state, key, run_at, created in runs:
         h.add(Final(end, run, state=state))
-        if key and key.startswith(SCHEDULE_KEY):
+        if key and key.startswith(SCHEDULE_KEY) and created <= cron_until:
             schedule = key.removeprefix(SCHEDULE_KEY).rpartition("@")[0]
             # the tick is the run's due time, not its key: two runs of one tick under
             # two keys are caught too

@@ -6,7 +6,8 @@ scenario: `violations` and `history_report` hold the checker's verdict.
 - `leases_cut_short`: three times, 1 s apart, every lease of the worker holding the most
   runs expires under it (as when a worker pauses or loses the database for longer than
   its lease): its bodies run on and finish, their outcomes must be fenced out, and the
-  runs are rescued and run again elsewhere.
+  runs are rescued and run again elsewhere. A schedule fires every second meanwhile, on
+  every worker's scheduler.
 - `timeouts_in_a_limited_queue`: every run of the limited queue times out (0.15 s) while
   its body runs on (0.5 s): a body that runs on holds its permit to its end.
 - `steady`: the load alone, no fault.
@@ -41,7 +42,9 @@ def cut_leases(dsn: str, pid: int) -> int:
 def leases_cut_short(dsn: str, variant: str | None = None, cuts: int = 3) -> Chaos:
     name = "9. leases cut short" + (f" ({variant})" if variant else "")
     fault = f"{cuts}x every lease of the busiest worker expired under it, 1 s apart"
-    with Chaos(name, fault, dsn, worker_env=_env(variant)) as c:
+    # and a schedule firing every second, on every worker: each tick enqueues one run
+    env = _env(variant) | {"PGQUEUE_CHAOS_CRON": "1"}
+    with Chaos(name, fault, dsn, worker_env=env) as c:
         c.baseline()
         cut = 0
         with c.fault():
