@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS history_runs (
     new_token   text,
     new_attempt integer,
     old_valid   boolean,   -- the old lease had not expired at the statement's now()
+    old_expires double precision,  -- when the old lease expired (or would have)
     writer      text,      -- the lease token a task's result names
     error       text
 );
@@ -62,6 +63,7 @@ BEGIN
         NEW.id, extract(epoch FROM clock_timestamp()), OLD.state, NEW.state,
         OLD.lease_token::text, NEW.lease_token::text, NEW.attempt,
         coalesce(OLD.lease_expires_at > now(), false),
+        extract(epoch FROM OLD.lease_expires_at),
         CASE WHEN jsonb_typeof(NEW.result) = 'object' THEN NEW.result ->> 'token' END,
         NEW.error);
     RETURN NULL;
@@ -118,7 +120,7 @@ def read(
     with psycopg.connect(dsn, autocommit=True) as c:
         changes = c.execute(
             "SELECT run_id, at, old_state, new_state, old_token, new_token, new_attempt,"
-            " old_valid, writer, error FROM history_runs ORDER BY at"
+            " old_valid, old_expires, writer, error FROM history_runs ORDER BY at"
         ).fetchall()
         steps = c.execute(
             "SELECT run_id, name, attempt, at, lease_valid FROM history_steps"
@@ -173,6 +175,7 @@ def _events_of_change(
     new_token: str | None,
     attempt: int | None,
     old_valid: bool,
+    old_expires: float | None,
     writer: str | None,
     error: str | None,
 ) -> list[Any]:
@@ -192,7 +195,10 @@ def _events_of_change(
         out.append(Renewed(at, run, token=old_token or "", lease_valid=old_valid))
     elif held and new_state != "running":
         if error is not None and error.startswith("lease expired") and writer is None:
-            out.append(LeaseLost(at, run, token=old_token or "", why="rescued"))
+            # lost when it expired, not when the rescuer got to it: from then on the
+            # claim counts its permit as free
+            lost_at = min(at, old_expires) if old_expires is not None else at
+            out.append(LeaseLost(lost_at, run, token=old_token or "", why="rescued"))
         elif new_state == "canceled" and writer is None:
             out.append(LeaseLost(at, run, token=old_token or "", why="canceled"))
         else:

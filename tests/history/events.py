@@ -96,7 +96,7 @@ class OutcomeWritten(Event):
 @dataclass(frozen=True)
 class LeaseLost(Event):
     """The attempt under `token` lost its lease: `why` is "rescued" (it expired and the
-    run was taken back) or "canceled"."""
+    run was taken back; `at` is when it expired) or "canceled"."""
 
     token: str
     why: str = "rescued"
