@@ -13,6 +13,10 @@ A scenario is:
 lease) is no older than a threshold derived from the baseline (3 x its p95, at least 1 s).
 Recovery time is measured from the end of the fault to the first healthy sample after
 the last unhealthy one.
+
+finish() also reads the scenario's history (tests.history.collect: the producer, the task
+app and triggers in the test database recorded it) and runs the history checker over it:
+each violation fails the scenario, and the verdict is printed and noted in its row.
 """
 
 from __future__ import annotations
