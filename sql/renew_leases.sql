@@ -32,5 +32,9 @@ UPDATE pgqueue.runs r
    -- by primary key; a matching lease token implies `running` (see complete.sql)
    AND r.id = ANY(ARRAY(SELECT id FROM locked))
    AND r.lease_token = held.lease_token
-   AND r.lease_expires_at > now()
+   -- Valid once every row is locked, not only when the statement began (now()): a
+   -- renewal that waited for a row past its expiry must not revive a lease that a claim
+   -- may already have counted as free (tests/sql/test_renewal_fence.py). The time is
+   -- read from `locked`'s rows, which come out only as each one is locked.
+   AND r.lease_expires_at > (SELECT max(clock_timestamp()) FROM locked)
 RETURNING r.id, r.lease_token::text

@@ -30,6 +30,7 @@ from tests.history.events import (
     Final,
     History,
     LeaseLost,
+    OutcomeRejected,
     OutcomeWritten,
     Renewed,
     RolledBack,
@@ -155,6 +156,7 @@ def read(
                 pid=pid,
             )
         )
+    h.add(*_rejected(h))
     end = max((e.at for e in h.events), default=0.0)
     for run, state, key, run_at, created in runs:
         h.add(Final(end, run, state=state))
@@ -164,6 +166,20 @@ def read(
             # two keys are caught too
             h.add(CronTick(created, run, schedule=schedule, tick=f"{run_at:.3f}"))
     return h
+
+
+def _rejected(h: History) -> list[OutcomeRejected]:
+    """An OutcomeRejected for each task body that returned without an accepted outcome
+    of its attempt."""
+    accepted = {(o.run, o.writer or o.holder) for o in h.of(OutcomeWritten)}
+    return [
+        OutcomeRejected(e.end, e.run, token=e.token)
+        for e in h.of(Effect)
+        if e.step is None
+        and e.end is not None
+        and e.token is not None
+        and (e.run, e.token) not in accepted
+    ]
 
 
 def _events_of_change(

@@ -94,6 +94,15 @@ class OutcomeWritten(Event):
 
 
 @dataclass(frozen=True)
+class OutcomeRejected(Event):
+    """A task body under `token` returned (at `at`) and no outcome of its attempt was
+    ever accepted: the fence rejected it, or the worker, knowing its lease lost, did not
+    send it. Derived at the end from the other events."""
+
+    token: str
+
+
+@dataclass(frozen=True)
 class LeaseLost(Event):
     """The attempt under `token` lost its lease: `why` is "rescued" (it expired and the
     run was taken back; `at` is when it expired) or "canceled"."""
