@@ -53,7 +53,7 @@ succeeded AS (
            error = NULL, finished_at = now(), wait_event = NULL, wait_key = NULL,
            wait_since = NULL, wait_run_id = NULL, worker_id = NULL, lease_token = NULL,
            lease_expires_at = NULL
-    -- Every locked id: one that is not a plain success has no token here, and stays.
+     -- every locked id: one that is not a plain success has no token here, and stays
      WHERE r.id = ANY(ARRAY(SELECT id FROM locked))
        AND r.lease_token = (%(tokens)s::jsonb ->> r.id::text)::uuid
        AND r.lease_expires_at > now()

@@ -41,6 +41,7 @@ from pgqueue import migrate
 from pgqueue.errors import ConfigError
 from pgqueue.states import FINISHED_STATES
 from tests.chaos import app as chaos
+from tests.chaos import report as chaos_report
 from tests.chaos.report import Row, publish
 from tests.helpers import WorkerProcess, wait_until
 from tests.history import Violation, check, collect, report
@@ -636,6 +637,7 @@ class Chaos:
         self.violations = check(history)
         self.history_report = report(self.violations, history)
         print(f"{self.row.scenario}: {self.history_report}")
+        chaos_report.HISTORY.append(f"{self.row.scenario}: {self.history_report}")
         self.findings.history = [v.message for v in self.violations]
         self.note(self.history_report.splitlines()[0])
 

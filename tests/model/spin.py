@@ -56,6 +56,10 @@ class Verdict:
         return f"== {what}: {verdict}\n{self.output}" + (f"\n{self.trail}" if self.trail else "")
 
 
+# Every verdict of this process, for the end of a test session (tests/model/conftest.py).
+VERDICTS: list[Verdict] = []
+
+
 def _run(args: list[str], cwd: Path, timeout: float) -> str:
     done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0 and args[0] != "./pan":
@@ -84,7 +88,9 @@ def verify(check: str, variant: str | None = None, timeout: float = 120.0) -> Ve
         if errors and (work / f"{MODEL.name}.trail").exists():
             replay = _run(["spin", "-t", "-p", "-g", MODEL.name], work, timeout)
             trail = "\n".join(replay.splitlines()[-60:])
-        return Verdict(check, variant, errors, output.strip(), trail)
+        verdict = Verdict(check, variant, errors, output.strip(), trail)
+        VERDICTS.append(verdict)
+        return verdict
 
 
 def _errors(output: str) -> int:
