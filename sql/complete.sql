@@ -23,14 +23,23 @@ WITH outcome AS (
 resolved AS (
     SELECT o.*,
            CASE WHEN o.state = 'waiting' AND (
-                    -- by id alone: the primary key, whatever the statistics say
-                    (SELECT c.state FROM pgqueue.runs c WHERE c.id = o.wait_run_id)
-                        IN ('succeeded', 'failed', 'canceled')
-                 OR EXISTS (SELECT 1 FROM pgqueue.events e
-                             WHERE e.event = o.wait_event AND e.key = o.wait_key
-                               AND e.deliver_at >= o.wait_since AND e.deliver_at <= now()))
-                THEN 'queued' ELSE o.state END AS next_state
+               -- by id alone: the primary key, whatever the statistics say
+               (SELECT c.state FROM pgqueue.runs c WHERE c.id = o.wait_run_id)
+                   IN ('succeeded', 'failed', 'canceled')
+               OR EXISTS (SELECT 1 FROM pgqueue.events e
+                           WHERE e.event = o.wait_event AND e.key = o.wait_key
+                             AND e.deliver_at >= o.wait_since AND e.deliver_at <= now()))
+           THEN 'queued' ELSE o.state END AS next_state
     FROM outcome o
+),
+-- Row locks first, all of them, in id order: the lease keeper (renew_leases.sql) takes
+-- the same rows in the same order, so the two never wait for each other in a cycle (the
+-- updates below, left to their plans, lock in whatever order their scans meet the rows).
+-- The updates read their ids from here, so this runs before either of them.
+locked AS (
+    SELECT id FROM pgqueue.runs
+     WHERE id = ANY(%(succeeded)s::bigint[] || ARRAY(SELECT id FROM outcome))
+     ORDER BY id FOR NO KEY UPDATE
 ),
 succeeded AS (
     -- Plain successes: ids, and two jsonb objects keyed by id: the lease tokens and
@@ -44,17 +53,16 @@ succeeded AS (
            error = NULL, finished_at = now(), wait_event = NULL, wait_key = NULL,
            wait_since = NULL, wait_run_id = NULL, worker_id = NULL, lease_token = NULL,
            lease_expires_at = NULL
-     WHERE r.id = ANY(%(succeeded)s::bigint[])
+     -- every locked id: one that is not a plain success has no token here, and stays
+     WHERE r.id = ANY(ARRAY(SELECT id FROM locked))
        AND r.lease_token = (%(tokens)s::jsonb ->> r.id::text)::uuid
        AND r.lease_expires_at > now()
-    RETURNING r.id, r.queue, r.state, r.notify_done, r.parent_id, NULL::text AS error,
-              NULL::text AS error_kind, NULL::text AS traceback, r.attempt
+    RETURNING r.id, r.queue, r.state, r.notify_done, r.parent_id, NULL AS error,
+              NULL AS error_kind, NULL AS traceback, r.attempt
 ),
 general AS (
     UPDATE pgqueue.runs r
-       SET state = o.next_state,
-           result = o.result,
-           error = o.error,
+       SET state = o.next_state, result = o.result, error = o.error,
            attempt = r.attempt - o.refund::integer,
            -- a durable wait's end exactly (wake_at), else now() + delay; NULL: none
            run_at = CASE WHEN o.next_state IN ('scheduled', 'waiting')
@@ -64,12 +72,8 @@ general AS (
                ELSE r.run_at END,
            finished_at = CASE WHEN o.next_state IN ('succeeded', 'failed', 'canceled')
                THEN now() END,
-           wait_event = o.wait_event,
-           wait_key = o.wait_key,
-           wait_since = o.wait_since,
-           wait_run_id = o.wait_run_id,
-           worker_id = NULL,
-           lease_token = NULL,
+           wait_event = o.wait_event, wait_key = o.wait_key, wait_since = o.wait_since,
+           wait_run_id = o.wait_run_id, worker_id = NULL, lease_token = NULL,
            lease_expires_at = NULL
       FROM resolved o
      WHERE r.id = o.id
@@ -77,22 +81,19 @@ general AS (
        -- implies it: runs_lease_check): with one, the plan hashes every running run
        -- of the cluster from runs_lease_idx on each completion, and a completion's
        -- cost grows with the number of runs running (1.5x at 3,000: bench/RESULTS.md).
-       AND r.id = ANY(ARRAY(SELECT id FROM outcome))
+       AND r.id = ANY(ARRAY(SELECT id FROM locked))
        AND r.lease_token = o.lease_token
        AND r.lease_expires_at > now()
     RETURNING r.id, r.queue, r.state, r.notify_done, r.parent_id, o.error, o.error_kind,
               o.traceback, r.attempt + o.refund::integer AS attempt
 ),
 written AS (
-    SELECT * FROM succeeded
-    UNION ALL
-    SELECT * FROM general
+    SELECT * FROM succeeded UNION ALL SELECT * FROM general
 ),
 logged AS (
     INSERT INTO pgqueue.run_errors (run_id, attempt, kind, message, traceback, worker_id)
     SELECT id, attempt, error_kind, error, traceback, %(worker_id)s::uuid
-    FROM general
-    WHERE error_kind IS NOT NULL
+    FROM general WHERE error_kind IS NOT NULL
 ),
 parents AS (
     UPDATE pgqueue.runs p
@@ -111,8 +112,8 @@ parents AS (
 )
 SELECT id,
        (SELECT count(pg_notify('pgqueue_done', w.id::text))
-          FROM written w WHERE w.notify_done
-                           AND w.state IN ('succeeded', 'failed', 'canceled'))
+          FROM written w
+         WHERE w.notify_done AND w.state IN ('succeeded', 'failed', 'canceled'))
      + (SELECT count(pg_notify('pgqueue_queued', q.queue))
           FROM (SELECT queue FROM written WHERE state = 'queued'
                 UNION SELECT queue FROM parents) q) AS notified

@@ -15,6 +15,13 @@ double a record: a run executed twice shows up as two rows.
 
 `chaos_terminal` is filled by a trigger on pgqueue.runs with every transition into, or out
 of, a terminal state: a run that reached its end exactly once has exactly one row.
+
+The same records make the scenario's history (tests.history.collect): each execution
+also records its run, attempt and lease token (pgqueue.current()), and a task's result
+names the lease token of the attempt that produced it, so that the history shows whose
+outcome the database accepted. With PGQUEUE_HISTORY_BREAK set, the worker runs a broken
+variant of one statement (tests.history.variants); with PGQUEUE_CHAOS_CRON set, a
+schedule enqueues `chaos.tick` every second.
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ from psycopg_pool import PoolTimeout
 
 import pgqueue
 from pgqueue.errors import ConfigError
+from tests.history import variants
 
 app = pgqueue.App()
+variants.install_from_env()
 
 # `kill -USR1` prints every thread's stack (the harness asks a worker that does not stop)
 faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -50,10 +59,12 @@ CREATE TABLE IF NOT EXISTS chaos_exec (
     exec_id uuid PRIMARY KEY,
     kind    text NOT NULL,              -- plain | limited | step
     tag     text NOT NULL,              -- the run's first argument (unique per run)
-    run_id  bigint,                     -- steps: the workflow run
+    run_id  bigint,                     -- the run (of a step: the workflow run)
     step    text,                       -- steps: the step name
-    attempt integer,                    -- steps: ctx.attempt of the executing attempt
+    attempt integer,                    -- ctx.attempt of the executing attempt
     grp     text,                       -- limited: the run's group
+    token   text,                       -- the executing attempt's lease token
+    queue   text,                       -- the run's queue
     pid     integer NOT NULL,
     started double precision NOT NULL,
     ended   double precision
@@ -101,17 +112,22 @@ class Execution:
 
     def __init__(self, kind: str, tag: str, **fields: Any) -> None:
         self.id = uuid.uuid4()
+        ctx = pgqueue.current()
+        self.token = lease_token(ctx)
         _write(
-            "INSERT INTO chaos_exec (exec_id, kind, tag, run_id, step, attempt, grp, pid, started)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (exec_id) DO NOTHING",
+            "INSERT INTO chaos_exec (exec_id, kind, tag, run_id, step, attempt, grp, token,"
+            " queue, pid, started)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (exec_id) DO NOTHING",
             (
                 self.id,
                 kind,
                 tag,
-                fields.get("run_id"),
+                ctx.run_id,
                 fields.get("step"),
-                fields.get("attempt"),
+                ctx.attempt,
                 fields.get("grp"),
+                self.token,
+                ctx.queue,
                 os.getpid(),
                 time.time(),
             ),
@@ -122,12 +138,23 @@ class Execution:
         _write("UPDATE chaos_exec SET ended = %s WHERE exec_id = %s", (ended, self.id))
 
 
+def lease_token(ctx: pgqueue.Context) -> str | None:
+    """The lease token of the attempt `ctx` runs (private to pgqueue: the history needs
+    it to tell attempts apart, a task does not)."""
+    return ctx._lease_token
+
+
+def result(tag: str) -> dict[str, Any]:
+    """A task's result: its tag, and the lease token of the attempt that made it."""
+    return {"tag": tag, "token": lease_token(pgqueue.current())}
+
+
 @app.task(name="chaos.work", queue="chaos", max_attempts=MAX_ATTEMPTS, retry=FAST)
-def work(tag: str, seconds: float) -> str:
+def work(tag: str, seconds: float) -> dict[str, Any]:
     execution = Execution("plain", tag)
     time.sleep(seconds)
     execution.end()
-    return tag
+    return result(tag)
 
 
 def _group(tag: str, group: str, seconds: float) -> str:
@@ -141,11 +168,11 @@ def _group(tag: str, group: str, seconds: float) -> str:
     retry=FAST,
     group=_group,
 )
-def limited(tag: str, group: str, seconds: float) -> str:
+def limited(tag: str, group: str, seconds: float) -> dict[str, Any]:
     execution = Execution("limited", tag, grp=group)
     time.sleep(seconds)
     execution.end()
-    return tag
+    return result(tag)
 
 
 def _step_body(tag: str, run_id: int, step: str, attempt: int, seconds: float) -> int:
@@ -156,9 +183,18 @@ def _step_body(tag: str, run_id: int, step: str, attempt: int, seconds: float) -
 
 
 @app.workflow(name="chaos.flow", queue="chaos_flows", max_attempts=MAX_ATTEMPTS, retry=FAST)
-def flow(ctx: pgqueue.Context, tag: str, steps: int, seconds: float) -> int:
+def flow(ctx: pgqueue.Context, tag: str, steps: int, seconds: float) -> dict[str, Any]:
     done = 0
     for i in range(steps):
         name = f"s{i}"
         done += ctx.step(name, _step_body, tag, ctx.run_id, name, ctx.attempt, seconds)
-    return done
+    return result(tag) | {"done": done}
+
+
+TICK = "chaos.tick"
+if os.environ.get("PGQUEUE_CHAOS_CRON"):
+
+    @app.periodic(cron="* * * * * *", name=TICK)
+    @app.task(name=TICK, queue="chaos")
+    def tick() -> dict[str, Any]:
+        return result("tick")

@@ -13,6 +13,10 @@ A scenario is:
 lease) is no older than a threshold derived from the baseline (3 x its p95, at least 1 s).
 Recovery time is measured from the end of the fault to the first healthy sample after
 the last unhealthy one.
+
+finish() also reads the scenario's history (tests.history.collect: the producer, the task
+app and triggers in the test database recorded it) and runs the history checker over it:
+each violation fails the scenario, and the verdict is printed and noted in its row.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ from pgqueue import migrate
 from pgqueue.errors import ConfigError
 from pgqueue.states import FINISHED_STATES
 from tests.chaos import app as chaos
+from tests.chaos import report as chaos_report
 from tests.chaos.report import Row, publish
 from tests.helpers import WorkerProcess, wait_until
+from tests.history import Violation, check, collect, report
 
 FULL = os.environ.get("PGQUEUE_CHAOS", "").lower() == "full"
 MODE = "full" if FULL else "short"
@@ -61,6 +67,10 @@ class Profile:
     step_seconds: float = 0.05
     limited_rate: float = 8.0
     limited_seconds: float = 0.1
+    # chaos_limited runs enqueued with a timeout shorter than their body (None: none):
+    # each attempt times out while its thread runs on, holding its permit
+    limited_timeout: float | None = None
+    limited_max_attempts: int | None = None
 
     @property
     def slots(self) -> int:
@@ -142,8 +152,9 @@ class PrivateServer:
 class Fleet:
     """`pgqueue worker` processes; replace() SIGKILLs one and starts a successor."""
 
-    def __init__(self, dsn: str, profile: Profile) -> None:
+    def __init__(self, dsn: str, profile: Profile, env: dict[str, str] | None = None) -> None:
         self.dsn = dsn
+        self.env = {"PGAPPNAME": WORKER_APPNAME, **(env or {})}
         self.args = [
             "--concurrency",
             str(profile.concurrency),
@@ -158,7 +169,7 @@ class Fleet:
         self.outputs: dict[int, str] = {}
 
     def spawn(self) -> WorkerProcess:
-        w = WorkerProcess(self.dsn, APP, *self.args, env={"PGAPPNAME": WORKER_APPNAME})
+        w = WorkerProcess(self.dsn, APP, *self.args, env=self.env)
         self.live.append(w)
         return w
 
@@ -231,9 +242,13 @@ class Fleet:
 class Producer(threading.Thread):
     """Enqueues the mix at a steady rate (times `factor`), in one transaction per tick on
     its own connection. A batch that fails (server down, connection killed) is dropped,
-    as a web request would fail; runs whose commit was acknowledged are in `ids`."""
+    as a web request would fail; runs whose commit was acknowledged are in `ids` (and
+    with the time of the acknowledgement in `acknowledged`). Every `rollback_every`
+    ticks it also enqueues one run in a transaction that it rolls back
+    (`rolled_back`): that run must never exist."""
 
     tick = 0.05
+    rollback_every = 20
 
     def __init__(self, dsn: str, profile: Profile) -> None:
         super().__init__(name="chaos-producer", daemon=True)
@@ -241,6 +256,8 @@ class Producer(threading.Thread):
         self.profile = profile
         self.factor = 1.0
         self.ids: list[int] = []
+        self.acknowledged: list[tuple[float, int]] = []
+        self.rolled_back: list[tuple[float, int]] = []
         self.rejected = 0
         self.error: BaseException | None = None
         self._halt = threading.Event()
@@ -270,8 +287,15 @@ class Producer(threading.Thread):
                 for _ in range(counts[2]):
                     i = next(n)
                     items.append((f"l{i}", chaos.GROUPS[i % len(chaos.GROUPS)], p.limited_seconds))
-                handles += chaos.limited.options(conn=conn).enqueue_many(items)
+                handles += chaos.limited.options(
+                    conn=conn, timeout=p.limited_timeout, max_attempts=p.limited_max_attempts
+                ).enqueue_many(items)
         return [h.id for h in handles]
+
+    def _enqueue_and_roll_back(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction(force_rollback=True):
+            h = chaos.work.options(conn=conn).enqueue(f"r{next(self._n)}", 0.0)
+        self.rolled_back.append((time.time(), h.id))
 
     def run(self) -> None:
         try:
@@ -284,6 +308,7 @@ class Producer(threading.Thread):
         owed = [0.0, 0.0, 0.0]
         conn: psycopg.Connection[Any] | None = None
         last = time.monotonic()
+        ticks = itertools.count(1)
         while not self._halt.is_set():
             now = time.monotonic()
             dt, last = now - last, now
@@ -300,7 +325,12 @@ class Producer(threading.Thread):
                             connect_timeout=2,
                             application_name="chaos-producer",
                         )
-                    self.ids += self._enqueue(conn, counts)
+                    ids = self._enqueue(conn, counts)
+                    acked = time.time()
+                    self.ids += ids
+                    self.acknowledged += [(acked, i) for i in ids]
+                    if next(ticks) % self.rollback_every == 0:
+                        self._enqueue_and_roll_back(conn)
                 except (psycopg.Error, ConfigError):
                     self.rejected += sum(counts)
                     if conn is not None:
@@ -457,6 +487,7 @@ class Findings:
     not_recovered: list[str] = field(default_factory=list)  # unhealthy until post_max
     crashed: list[int] = field(default_factory=list)
     bad_exits: dict[int, int | None] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)  # violations the history checker found
 
     def problems(self) -> list[str]:
         out = []
@@ -477,12 +508,16 @@ class Chaos:
         profile: Profile = PROFILE,
         timing: Timing = TIMING,
         log_patterns: tuple[str, ...] = (),
+        worker_env: dict[str, str] | None = None,
     ) -> None:
         self.row = Row(scenario, fault, MODE, sem_limit=chaos.LIMIT, group_limit=chaos.GROUP_LIMIT)
         self.dsn = dsn
         self.profile = profile
         self.timing = timing
-        self.fleet = Fleet(dsn, profile)
+        self.fleet = Fleet(dsn, profile, worker_env)
+        # what the history checker found (tests/history), once finish() ran
+        self.violations: list[Violation] = []
+        self.history_report = ""
         self.producer = Producer(dsn, profile)
         self.monitor = Monitor(dsn)
         self.findings = Findings()
@@ -494,6 +529,7 @@ class Chaos:
             *log_patterns,
         )
         self.fault_start = self.fault_end = self.recovered_at = self.post_end = 0.0
+        self.drained_at = math.inf
         self.threshold = 1.0
         # A failover scenario sets this to when the new primary took over (_claim_reruns).
         self.promoted_at: float | None = None
@@ -504,6 +540,7 @@ class Chaos:
         self.t0 = time.monotonic()
         with psycopg.connect(self.dsn, autocommit=True) as c:
             c.execute(chaos.DDL)
+            collect.install(c)
         chaos.app.configure(dsn=self.dsn)
         self.fleet.start(self.profile.workers)
         self.monitor.start()
@@ -553,7 +590,10 @@ class Chaos:
         self.pace_until(max(self.recovered_at, self.fault_end + self.timing.post_min))
         self.post_end = time.time()
 
-    def finish(self) -> Row:
+    def finish(self, check_invariants: bool = True) -> Row:
+        """Drain, stop, measure and check. `check_invariants=False` (the proofs that the
+        history checker can fail, which run broken variants) leaves the verdict to the
+        caller: `violations` holds what the history checker found."""
         self.producer.halt()
         self.findings.crashed = self.fleet.crashed()
         with contextlib.suppress(AssertionError):
@@ -563,19 +603,43 @@ class Chaos:
                 interval=0.1,
                 message="every run to finish",
             )
+        # schedules (PGQUEUE_CHAOS_CRON) go on firing until the workers stop: their runs
+        # enqueued from here on may be left unfinished
+        self.drained_at = time.time()
         codes = self.fleet.stop()
         self.findings.bad_exits = {pid: rc for pid, rc in codes.items() if rc != 0}
         self.monitor.halt()
         self.fleet.close()
         self._measure()
+        self._check_history()
         self.row.wall = time.monotonic() - self.t0
         publish(self.row)
+        if not check_invariants:
+            return self.row
         problems = self.findings.problems()
         if problems or os.environ.get("PGQUEUE_CHAOS_LOGS"):
             print(f"--- worker logs of {self.row.scenario} ---\n{self.fleet.log()[-20000:]}")
         assert not problems, f"{self.row.scenario}: " + "; ".join(problems)
         assert self.row.lost == 0 and self.row.failed == 0
         return self.row
+
+    def _check_history(self) -> None:
+        """The history checker's verdict over the whole scenario (tests/history), printed
+        into the test log; each violation is a problem of the scenario."""
+        limits = {"chaos_limited": (chaos.LIMIT, chaos.GROUP_LIMIT)}
+        history = collect.read(
+            self.dsn,
+            limits,
+            self.producer.acknowledged,
+            self.producer.rolled_back,
+            cron_until=self.drained_at,
+        )
+        self.violations = check(history)
+        self.history_report = report(self.violations, history)
+        print(f"{self.row.scenario}: {self.history_report}")
+        chaos_report.HISTORY.append(f"{self.row.scenario}: {self.history_report}")
+        self.findings.history = [v.message for v in self.violations]
+        self.note(self.history_report.splitlines()[0])
 
     def _all_finished(self) -> bool:
         with psycopg.connect(self.dsn, autocommit=True) as c:
@@ -611,7 +675,7 @@ class Chaos:
 
         # 1. every run ends, exactly once, with its work done
         f.missing = [i for i in self.producer.ids if i not in by_id]
-        f.unfinished = [(r[0], r[2]) for r in runs if r[2] not in TERMINAL]
+        f.unfinished = [(r[0], r[2]) for r in runs if r[2] not in TERMINAL and r[1] != chaos.TICK]
         entered: Counter[int] = Counter()
         left: Counter[int] = Counter()
         for run_id, old, new in transitions:
@@ -640,7 +704,7 @@ class Chaos:
         # 2. plain duplicates, each explained by a lost lease (or a claim lost with the
         # primary in a failover)
         for r in runs:
-            if r[1] == chaos.flow.name:
+            if r[1] in (chaos.flow.name, chaos.TICK):
                 continue
             done = body_runs.get(r[3], [])
             if r[2] == "succeeded" and not any(e[8] is not None for e in done):

@@ -89,6 +89,9 @@ class Row:
 
 
 ROWS: list[Row] = []
+# The history checker's report of each scenario, headed by its name (tests/history/conftest.py
+# prints them at the end of the session).
+HISTORY: list[str] = []
 
 
 def header() -> str:
