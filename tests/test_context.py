@@ -64,7 +64,8 @@ def test_progress_is_stored_throttled_and_shown(dsn: str, ctx_app: pgqueue.App) 
     # first at once, the last when the attempt ends).
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("""
-            CREATE FUNCTION note_progress() RETURNS trigger LANGUAGE plpgsql AS $$
+            CREATE FUNCTION note_progress() RETURNS trigger LANGUAGE plpgsql
+            SET search_path = public, pg_catalog AS $$
             BEGIN
                 INSERT INTO effects (run_id, tag) VALUES (NEW.id, 'progress write');
                 RETURN NEW;

@@ -75,7 +75,8 @@ CREATE TABLE IF NOT EXISTS chaos_terminal (
     new_state text NOT NULL,
     at        timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE OR REPLACE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public, pg_catalog AS $$
 BEGIN
     INSERT INTO chaos_terminal (run_id, old_state, new_state)
     VALUES (NEW.id, OLD.state, NEW.state);

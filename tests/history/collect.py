@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS history_runs (
     writer      text,      -- the lease token a task's result names
     error       text
 );
-CREATE OR REPLACE FUNCTION history_runs_log() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION history_runs_log() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public, pg_catalog AS $$
 BEGIN
     INSERT INTO public.history_runs VALUES (
         NEW.id, extract(epoch FROM clock_timestamp()), OLD.state, NEW.state,
@@ -84,7 +85,8 @@ CREATE TABLE IF NOT EXISTS history_steps (
     at          double precision NOT NULL,
     lease_valid boolean NOT NULL
 );
-CREATE OR REPLACE FUNCTION history_steps_log() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION history_steps_log() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public, pg_catalog AS $$
 BEGIN
     INSERT INTO public.history_steps
     SELECT NEW.run_id, NEW.name, NEW.state, NEW.attempt, extract(epoch FROM clock_timestamp()),
