@@ -86,6 +86,8 @@ def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
     if state in FINISHED_STATES:
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+    if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
+        return states_query("dashboard_runs_queued"), False
     if state is not None:
         return states_query("dashboard_runs_live", states=(state,)), False
     return states_query("dashboard_runs_by_id", states=STATES), False

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pgqueue.errors import ConfigError
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+ANY_PORT = -1
 
 
 class BadHost(ConfigError, ValueError):
@@ -57,7 +58,8 @@ def split(hostport: str) -> tuple[str, int | None] | None:
 
 @dataclass(frozen=True)
 class Hosts:
-    """An allow-list of (host, port) pairs; a port of None allows any port."""
+    """An allow-list of (host, port) pairs: a port of None is a Host without one (the
+    scheme's default), ANY_PORT allows any port (a name the operator gave without one)."""
 
     entries: frozenset[tuple[str, int | None]]
 
@@ -71,7 +73,8 @@ class Hosts:
                     f"allowed host {name[:80]!r} is not a host name, an address or host:port "
                     "(write IPv6 addresses in brackets: [2001:db8::1]:8765)"
                 )
-            entries.add(pair)
+            host, port = pair
+            entries.add((host, ANY_PORT if port is None else port))
         return cls(frozenset(entries))
 
     def with_server(self, server: tuple[str, int | None] | None) -> Hosts:
@@ -96,7 +99,7 @@ class Hosts:
         if pair is None:
             return False
         host, port = pair
-        return (host, port) in self.entries or (host, None) in self.entries
+        return (host, port) in self.entries or (host, ANY_PORT) in self.entries
 
     def allows_origin(self, origin: str) -> bool:
         """True if `origin` is http(s)://HOST[:PORT] of an allowed host."""
@@ -106,6 +109,3 @@ class Hosts:
         if "@" in parts.netloc:
             return False
         return self.allows(parts.netloc)
-
-    def names(self) -> list[str]:
-        return sorted(h if p is None else f"{h}:{p}" for h, p in self.entries)
