@@ -6,7 +6,8 @@ of the process and starve the others. `guarded_protocol` bounds them: a connecti
 deliver a whole request head within HEADER_TIMEOUT of connecting (or of its previous
 response), and when more connections than `waiting` are waiting for one, the one waiting
 longest is closed to make room for the new one. A browser sends its head at once, so it
-is never the one closed.
+is never the one closed. `waiting` and the listening socket's backlog are bounded by the
+file descriptors the process may open (waiting_limit).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pgqueue.dashboard.hosts import Hosts
 from pgqueue.errors import UserError
 
 HEADER_TIMEOUT = 10.0
-MAX_WAITING = 1000  # connections without a request head, at most (and a quarter of the fds)
+MAX_WAITING = 1000  # connections without a request head, at most (see waiting_limit)
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
 
@@ -59,10 +60,16 @@ def bound_name(host: str, port: int) -> list[str]:
 
 
 def waiting_limit() -> int:
+    """How many connections may wait for a request head, and how many the listening
+    socket may hold unaccepted: an eighth of the file descriptors each (at most
+    MAX_WAITING). asyncio accepts up to the backlog in one go and the connections it then
+    closes give their descriptors back only on the next turn of the loop, so at the worst
+    moment waiting + accepted + closing use three eighths, and the rest stays free for
+    the database pool and for browsers."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return MAX_WAITING
-    return max(8, min(MAX_WAITING, soft // 4))
+    return max(8, min(MAX_WAITING, soft // 8))
 
 
 def guarded_protocol(header_timeout: float, waiting: int) -> type[asyncio.Protocol]:
@@ -142,6 +149,7 @@ def run(
     # without a token, check_bind has let only a loopback address through
     hosts = Hosts.parse([*bound_name(host, port), *allowed_hosts])
     dashboard = make_app(Dashboard(app, read_only=read_only, token=token), hosts)
+    waiting = waiting_limit()
     shown = f"[{host}]" if ":" in host else host
     mode = ", read-only" if read_only else ""
     print(f"pgqueue dashboard on http://{shown}:{port}{root_path}/{mode}", file=sys.stderr)
@@ -153,6 +161,7 @@ def run(
         log_level="warning",
         proxy_headers=True,
         forwarded_allow_ips=forwarded_allow_ips,
-        http=guarded_protocol(HEADER_TIMEOUT, waiting_limit()),
+        http=guarded_protocol(HEADER_TIMEOUT, waiting),
+        backlog=waiting,
         timeout_keep_alive=5,
     )
