@@ -122,6 +122,7 @@ def paths(conn: Any) -> list[str]:
         "/runs",
         "/api/runs",
         "/api/runs?state=queued",
+        "/api/runs?state=queued&limit=500",
         "/api/runs?state=failed",
         "/api/runs?state=succeeded&queue=emails",
         "/api/runs?state=queued&queue=crawl&group=tenant-9",

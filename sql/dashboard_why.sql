@@ -6,7 +6,10 @@
 -- counted while its worker beats, as claim_limited() counts it); the stager and the claim run only in live
 -- workers that serve the queue; unlimited queues are claimed in (priority, id) order; a
 -- rate limit counts the starts of its last period (pgqueue.rate_used); an ordered group
--- takes its runs only once every earlier one is finished (runs_group_order_idx).
+-- takes its runs only once every earlier one is finished (runs_group_order_idx). How
+-- many runs are ahead of a queued one is its place among the first 1,001 of its queue
+-- (priority, then id: runs_claim_idx), read once per queue, whatever the number of runs
+-- asked about; a run beyond them has 1,000 or more ahead.
 -- Every count reads the partial index of its state, keyed by queue.
 WITH r AS (
     SELECT id, queue, state, group_key, priority, run_at, attempt, error, limited,
@@ -29,6 +32,17 @@ held AS (
     JOIN pgqueue.workers w ON w.id = z.worker_id
     WHERE z.queue IN (SELECT queue FROM r)
       AND w.heartbeat_at > now() - z.lease_seconds * interval '1 second'
+),
+heads AS (
+    SELECT n.queue, x.id, x.ahead
+    FROM (SELECT DISTINCT queue FROM r WHERE state = 'queued') n
+    CROSS JOIN LATERAL (
+        SELECT a.id, row_number() OVER (ORDER BY a.priority, a.id) - 1 AS ahead
+        FROM (SELECT priority, id FROM pgqueue.runs
+               WHERE state = 'queued' AND queue = n.queue
+               ORDER BY priority, id
+               LIMIT 1001) a
+    ) x
 ),
 q AS (
     SELECT n.queue, coalesce(x.paused, false) AS paused, x.concurrency, x.group_concurrency,
@@ -65,7 +79,7 @@ SELECT r.id, r.queue, r.state, r.group_key, r.run_at, r.attempt, r.error, r.wait
                AND e.state IN ('scheduled', 'queued', 'running', 'waiting')
              ORDER BY e.id LIMIT 1) END AS first_in_group,
        c.state AS child_state, c.task AS child_task,
-       a.ahead, now() AS now
+       CASE WHEN r.state = 'queued' THEN coalesce(h.ahead, 1000) END AS ahead, now() AS now
 FROM r
 JOIN q ON q.queue = r.queue
 LEFT JOIN LATERAL (
@@ -74,11 +88,5 @@ LEFT JOIN LATERAL (
     WHERE h.queue = r.queue AND h.group_key = r.group_key
 ) g ON true
 LEFT JOIN pgqueue.runs c ON c.id = r.wait_run_id
-LEFT JOIN LATERAL (
-    SELECT count(*) AS ahead
-    FROM (SELECT 1 FROM pgqueue.runs a
-           WHERE a.state = 'queued' AND a.queue = r.queue
-             AND (a.priority, a.id) < (r.priority, r.id)
-           LIMIT 1000) x
-) a ON r.state = 'queued'
+LEFT JOIN heads h ON h.queue = r.queue AND h.id = r.id
 ORDER BY r.id

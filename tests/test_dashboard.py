@@ -30,6 +30,10 @@ WORKER = "00000000-0000-0000-0000-0000000000aa"
 
 
 def client(target: Any, **options: Any) -> TestClient:
+    """The dashboard in a test client; without a token, as a mount whose host app
+    authenticates (upstream_auth)."""
+    if not options.get("token"):
+        options.setdefault("upstream_auth", True)
     return TestClient(asgi(target, **options))
 
 
@@ -365,7 +369,7 @@ def test_mounted_under_a_prefix_in_fastapi(dsn: str, conn: psycopg.Connection[An
     run_id = enqueue(conn)
     api = FastAPI()
     app = pgqueue.App(dsn)
-    api.mount("/ops/pgqueue", asgi(app))
+    api.mount("/ops/pgqueue", asgi(app, upstream_auth=True))
     with TestClient(api) as c:
         page = c.get("/ops/pgqueue/runs").text
         assert f'href="/ops/pgqueue/runs/{run_id}"' in page
@@ -555,7 +559,7 @@ def test_behind_a_proxy_with_a_path_prefix(dsn: str, conn: psycopg.Connection[An
     """`pgqueue dashboard --root-path /pgq` (uvicorn's root_path): links and cookies carry
     the prefix whether or not the proxy strips it from the path."""
     run_id = enqueue(conn)
-    with TestClient(asgi(dsn), root_path="/pgq") as c:
+    with TestClient(asgi(dsn, upstream_auth=True), root_path="/pgq") as c:
         first = c.get("/runs")
         assert "Path=/pgq;" in first.headers["set-cookie"]
         for path in ("/runs", "/pgq/runs"):

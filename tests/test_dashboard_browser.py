@@ -67,8 +67,7 @@ def server(dsn: str) -> Iterator[str]:
         proc.wait(timeout=20)
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def chromium(*extra: str) -> Any:
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         # CI installs them (.ci/run): there, a missing browser fails the test
         if os.environ.get("CI", "").lower() == "true":
@@ -84,10 +83,28 @@ def browser() -> Iterator[Any]:
         "--window-size=1400,900",
         "--hide-scrollbars",
         "--force-device-scale-factor=1",
+        *extra,
     ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    driver = chromium()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def rebinding_browser() -> Iterator[Any]:
+    """A browser in which attacker.test resolves to 127.0.0.1: what DNS rebinding makes
+    of an attacker's name once its page has loaded."""
+    driver = chromium("--host-resolver-rules=MAP attacker.test 127.0.0.1")
     try:
         yield driver
     finally:
@@ -299,3 +316,54 @@ def test_the_dashboard_in_a_browser(
         message="the failed runs to be retried",
     )
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.run_errors WHERE kind = 'retried'") == 6
+
+
+def test_a_rebound_name_can_neither_read_nor_act(
+    server: str, rebinding_browser: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """A page of attacker.test:PORT whose name now resolves to 127.0.0.1 (DNS rebinding)
+    is same-origin with whatever answers there: the token-less dashboard must answer it
+    nothing but 400, for its pages, its JSON and its actions."""
+    secret = "secret-api-key-456"
+    row = conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, args) VALUES ('charge', 'mail', %s) RETURNING id",
+        (f'["{secret}"]',),
+    ).fetchone()
+    assert row is not None
+    run_id = int(row[0])
+    driver = rebinding_browser
+    driver.get(f"{server}/runs/{run_id}")  # by its own name the run's page shows the args
+    assert secret in driver.page_source
+    port = server.rsplit(":", 1)[1]
+    driver.get(f"http://attacker.test:{port}/runs/{run_id}")
+    assert secret not in driver.page_source and "not an allowed host" in driver.page_source
+    # the attacker's script, same-origin with attacker.test:PORT, reads and posts
+    result = driver.execute_async_script(
+        """
+        const [id, done] = arguments;
+        const form = {method: "POST", body: "csrf=x&next=/",
+                      headers: {"Content-Type": "application/x-www-form-urlencoded"}};
+        const status = (r) => r.text().then((t) => [r.status, t]);
+        Promise.all([
+            fetch("/api/runs/" + id).then(status),
+            fetch("/runs/" + id).then(status),
+            fetch("/api/runs/" + id + "/cancel", {method: "POST"}).then(status),
+            fetch("/api/runs/" + id + "/cancel", form).then(status),
+            fetch("/api/queues/mail/pause", form).then(status),
+            fetch("/api/runs/bulk", {method: "POST", body: '{"action": "cancel", "filter": {}}',
+                                     headers: {"Content-Type": "application/json"}}).then(status),
+        ]).then(done, (e) => done(String(e)));
+        """,
+        run_id,
+    )
+    assert isinstance(result, list), result
+    for status, body in result:
+        assert status == 400 and secret not in body, (status, body[:200])
+    assert scalar_state(conn, run_id) == "queued"
+    assert conn.execute("SELECT count(*) FROM pgqueue.queues WHERE paused").fetchone() == (0,)
+
+
+def scalar_state(conn: psycopg.Connection[Any], run_id: int) -> str:
+    row = conn.execute("SELECT state FROM pgqueue.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    return str(row[0])

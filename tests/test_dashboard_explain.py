@@ -198,3 +198,55 @@ def test_batch_pages_read_the_batches_and_their_members_through_indexes(
     assert {"batches_pkey", "batch_counts_pkey"} <= one, one
     members = {"id": 7, "after_id": 0, "limit": 50}
     assert "runs_batch_idx" in batch_scans(_sql.query("dashboard_batch_members"), members)
+
+
+def rows_read(conn: psycopg.Connection[Any], query: sql.Composable | str, params: Any) -> Any:
+    """Index entries each index of the runs table gave, by EXPLAIN ANALYZE (under a
+    generic plan): what a query really reads, not just which index."""
+    text = sql.SQL(query) if isinstance(query, str) else query  # type: ignore[arg-type]
+    with conn.transaction():
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + text, params).fetchone()
+    assert row is not None
+    read: dict[str, int] = {}
+
+    def walk(n: Any) -> None:
+        if isinstance(n, dict):
+            # index scans name the table, bitmap index scans only the index
+            if str(n.get("Index Name", "")).startswith("runs_"):
+                rows = n["Actual Rows"] * n["Actual Loops"]
+                read[n["Index Name"]] = read.get(n["Index Name"], 0) + rows
+            for v in n.values():
+                walk(v)
+        elif isinstance(n, list):
+            for v in n:
+                walk(v)
+
+    walk(row[0])
+    return read
+
+
+def test_a_page_of_queued_runs_reads_a_bounded_part_of_the_backlog(
+    big: psycopg.Connection[Any],
+) -> None:
+    """/api/runs?state=queued&limit=500 over 50,000 queued runs (two queues, one priority)
+    reads at most `scan` ids per queue from runs_claim_idx, and its "why" at most the
+    first 1,001 runs of each queue, not every run ahead of each of the 500."""
+    conn = big
+    query, _ = data.runs_query("queued")
+    params = {**FILTERS, **START, "limit": 500}
+    read = rows_read(conn, query, params)
+    assert set(read) <= {"runs_claim_idx", "runs_pkey"}, read
+    assert read["runs_claim_idx"] <= 2 * data.SCAN + 10, read
+    assert read["runs_pkey"] <= data.SCAN, read
+    ids = [r[3] for r in conn.execute(query, params).fetchall()]
+    assert len(ids) == 500 and ids == sorted(ids, reverse=True)
+    read = rows_read(conn, _sql.query("dashboard_why"), {"ids": ids})
+    queued_read = sum(n for i, n in read.items() if i in ("runs_claim_idx", "runs_group_claim_idx"))
+    assert queued_read <= 2 * 1001, read
+    # a page further on starts from the cursor, by the same index
+    params = {**params, "before_id": ids[-1]}
+    read = rows_read(conn, query, params)
+    assert read["runs_claim_idx"] <= 2 * data.SCAN + 10, read
+    more = [r[3] for r in conn.execute(query, params).fetchall()]
+    assert more[0] < ids[-1] and len(more) == 500

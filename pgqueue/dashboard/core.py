@@ -3,15 +3,19 @@ FastAPI, Starlette) and the Django views translate their requests into a Request
 this module's Response back. Routing, authentication, CSRF and read-only live here once.
 
 Authentication: with a token, a request is let in by `Authorization: Bearer <token>`, or
-by the session cookie that the login form sets (an HMAC of the token, never the token).
+by the session cookie that the login form sets: when it was issued, a random nonce and an
+HMAC of both under a key derived from the token (never the token), good for
+SESSION_MAX_AGE. Failed logins are limited per client (LOGIN_FAILURES a minute, then 429).
 Django's mount decides instead (DESIGN 15: staff to view, pgqueue.change_run to act) and
 passes its verdict in.
 
 CSRF: a POST with a valid Bearer header is a script's (a browser never adds that header
 by itself, and no CORS header is ever sent, so another origin cannot make it add one).
 Every other POST needs the CSRF token of the page (the X-CSRF-Token header or the `csrf`
-form field, equal to the pgqueue_csrf cookie, which another origin can neither read nor
-set), and, when the browser sends an Origin, an Origin equal to the dashboard's own.
+form field) and, when the browser sends an Origin, an allowed one (Request.origin_ok;
+see hosts.py). With a session the token is an HMAC of the session cookie, so it is good
+for that session only; without one (no token, or Django's login) it must equal the
+pgqueue_csrf cookie, which another origin can neither read nor set.
 """
 
 from __future__ import annotations
@@ -22,14 +26,19 @@ import hmac
 import json
 import re
 import secrets
+import threading
+import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import jinja2
 import psycopg
+from psycopg import pq
+from psycopg.types.json import set_json_loads
 
 from pgqueue import db
 from pgqueue._inspect import wait_text
@@ -42,7 +51,17 @@ from pgqueue.states import STATES
 CSRF_COOKIE = "pgqueue_csrf"
 SESSION_COOKIE = "pgqueue_session"
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
-MAX_BODY = 64 * 1024
+JSON_OIDS = (114, 3802)  # json, jsonb
+MAX_BODY = 64 * 1024  # an action's body; larger ones are refused unread (413)
+MAX_LOGIN_BODY = 4 * 1024  # the login form's, read before anyone is signed in
+SESSION_MAX_AGE = 12 * 3600  # seconds a login lasts
+LOGIN_FAILURES = 5  # wrong tokens a client may send per LOGIN_WINDOW before 429
+LOGIN_WINDOW = 60.0
+MAX_CLIENTS_TRACKED = 10_000  # failed-login records kept (the oldest go first)
+PAGE_CSP = (
+    "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,19 @@ class Request:
     cookies: Mapping[str, str]
     body: bytes
     origin: str  # scheme://host[:port] this request was addressed to
+    client: str = ""  # the client's address (failed logins are counted per client)
+    # whether a browser's Origin header names this dashboard; None: it must equal `origin`
+    # (Django's mount, whose Host Django checked against ALLOWED_HOSTS)
+    origin_ok: Callable[[str], bool] | None = None
+
+    @property
+    def secure(self) -> bool:
+        return self.origin.startswith("https:")
+
+    def same_origin(self, origin: str) -> bool:
+        if self.origin_ok is not None:
+            return self.origin_ok(origin)
+        return origin == self.origin
 
     @property
     def wants_html(self) -> bool:
@@ -112,11 +144,13 @@ class Dashboard:
         self.app = app_or_dsn if isinstance(app_or_dsn, App) else App(app_or_dsn, pool_size=8)
         self.read_only = read_only
         self.token = token or None
-        self._session = (
-            hmac.new(self.token.encode(), b"pgqueue dashboard session", hashlib.sha256).hexdigest()
+        self._key = (
+            hmac.new(self.token.encode(), b"pgqueue dashboard key", hashlib.sha256).digest()
             if self.token
             else None
         )
+        self._failures: dict[str, deque[float]] = {}
+        self._failures_lock = threading.Lock()
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("pgqueue.dashboard", "templates"),
             autoescape=True,
@@ -140,6 +174,17 @@ class Dashboard:
     # -- the entry point ---------------------------------------------------------------
 
     def handle(self, req: Request, access: Access | None = None) -> Response:
+        resp = self._answer(req, access)
+        resp.headers.append(("x-content-type-options", "nosniff"))
+        return resp
+
+    def handle_problem(self, req: Request, exc: Problem) -> Response:
+        """The answer to a request refused before it reached handle (asgi.py)."""
+        resp = self.problem(req, exc.status, exc.message)
+        resp.headers.append(("x-content-type-options", "nosniff"))
+        return resp
+
+    def _answer(self, req: Request, access: Access | None) -> Response:
         try:
             return self._handle(req, access)
         except Problem as exc:
@@ -150,6 +195,10 @@ class Dashboard:
             return self.problem(req, 503, db.first_line(exc))
         except UserError as exc:
             return self.problem(req, 400, db.first_line(exc))
+        except psycopg.DataError as exc:  # a value the checks above let through
+            return self.problem(
+                req, 400, f"a value of this request is out of range or invalid: {exc.sqlstate}"
+            )
         except psycopg.Error as exc:
             return self.problem(req, 503, f"database: {db.first_line(exc)}")
 
@@ -177,12 +226,30 @@ class Dashboard:
             raise Problem(405, f"{req.method} is not allowed here")
         raise Problem(404, f"no page at {req.path}")
 
+    def body_limit(self, req: Request) -> int:
+        """How many bytes of body this request may send, decided from its headers before
+        any of the body is read: raises Problem (401, 403, 413) for a POST that would be
+        refused whatever its body (not signed in, read-only, too large)."""
+        if req.method != "POST":
+            return 0
+        limit = MAX_BODY
+        if req.path == "/login":
+            limit = MAX_LOGIN_BODY
+        else:
+            access = self.token_access(req)
+            if not access.view:
+                raise Problem(401, "authentication required: send Authorization: Bearer <token>")
+            if self.read_only:
+                raise Problem(403, "this dashboard is read-only")
+        length = req.headers.get("content-length", "")
+        if length and (not length.isdigit() or int(length) > limit):
+            raise Problem(413, f"request body too large (at most {limit} bytes)")
+        return limit
+
     def token_access(self, req: Request) -> Access:
         if self.token is None:
             return Access(view=True, act=True)
-        ok = self.bearer_ok(req) or hmac.compare_digest(
-            req.cookies.get(SESSION_COOKIE, ""), self._session or ""
-        )
+        ok = self.bearer_ok(req) or self.session_ok(req.cookies.get(SESSION_COOKIE, ""))
         return Access(view=ok, act=ok)
 
     def bearer_ok(self, req: Request) -> bool:
@@ -193,6 +260,39 @@ class Dashboard:
             and hmac.compare_digest(value.strip().encode(), self.token.encode())
         )
 
+    # -- sessions ------------------------------------------------------------------------
+
+    def _mac(self, *parts: str) -> str:
+        assert self._key is not None
+        message = "\n".join(parts).encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def new_session(self) -> str:
+        issued = str(int(time.time()))
+        nonce = secrets.token_urlsafe(18)
+        return f"{issued}.{nonce}.{self._mac('session', issued, nonce)}"
+
+    def session_ok(self, value: str) -> bool:
+        """A session cookie this dashboard issued, less than SESSION_MAX_AGE ago."""
+        if self._key is None or not value.isascii():
+            return False
+        issued, _, rest = value.partition(".")
+        nonce, _, mac = rest.partition(".")
+        if not hmac.compare_digest(mac.encode(), self._mac("session", issued, nonce).encode()):
+            return False
+        return issued.isdigit() and 0 <= time.time() - int(issued) < SESSION_MAX_AGE
+
+    def csrf_token(self, req: Request) -> tuple[str, bool]:
+        """The CSRF token of the request's pages, and whether it needs a new pgqueue_csrf
+        cookie: an HMAC of the session when there is one, else the cookie's value."""
+        session = req.cookies.get(SESSION_COOKIE, "")
+        if self.session_ok(session):
+            return self._mac("csrf", session), False
+        cookie = req.cookies.get(CSRF_COOKIE, "")
+        if cookie.isascii() and len(cookie) >= 16:
+            return cookie, False
+        return secrets.token_urlsafe(24), True
+
     def check_post(self, req: Request, access: Access) -> None:
         if self.read_only:
             raise Problem(403, "this dashboard is read-only")
@@ -201,11 +301,11 @@ class Dashboard:
         if self.bearer_ok(req):
             return
         origin = req.headers.get("origin")
-        if origin is not None and origin != req.origin:
-            raise Problem(403, f"cross-origin request refused (Origin {origin[:80]})")
+        if origin is not None and not req.same_origin(origin):
+            raise Problem(403, f"cross-origin request refused (Origin {origin[:80]!r})")
         sent = req.headers.get("x-csrf-token") or form(req).get("csrf", "")
-        cookie = req.cookies.get(CSRF_COOKIE, "")
-        if not cookie or not hmac.compare_digest(sent.encode(), cookie.encode()):
+        expected, fresh = self.csrf_token(req)
+        if fresh or not hmac.compare_digest(sent.encode(), expected.encode()):
             raise Problem(403, "missing or wrong CSRF token: reload the page")
 
     # -- responses ---------------------------------------------------------------------
@@ -213,7 +313,7 @@ class Dashboard:
     def page(
         self, req: Request, template: str, context: dict[str, Any], status: int = 200
     ) -> Response:
-        csrf = req.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+        csrf, fresh = self.csrf_token(req)
         here = req.root + req.path
         if req.query:
             here += "?" + urllib.parse.urlencode(dict(req.query))
@@ -228,12 +328,12 @@ class Dashboard:
         )
         headers = [
             ("cache-control", "no-store"),
-            ("content-security-policy", "default-src 'self'; img-src 'self' data:"),
+            ("content-security-policy", PAGE_CSP),
             ("x-frame-options", "DENY"),
             ("referrer-policy", "same-origin"),
         ]
-        if CSRF_COOKIE not in req.cookies:
-            secure = "; Secure" if req.origin.startswith("https:") else ""
+        if fresh:
+            secure = "; Secure" if req.secure else ""
             headers.append(
                 (
                     "set-cookie",
@@ -266,35 +366,101 @@ class Dashboard:
         if req.method == "GET":
             return self.page(req, "login.html", {"error": None}, status=401)
         origin = req.headers.get("origin")
-        if origin is not None and origin != req.origin:
+        if origin is not None and not req.same_origin(origin):
             raise Problem(403, "cross-origin request refused")
+        wait = self.login_wait(req.client)
+        if wait:
+            resp = self.page(
+                req, "login.html", {"error": f"too many wrong tokens: wait {wait} s"}, status=429
+            )
+            resp.headers.append(("retry-after", str(wait)))
+            return resp
         given = form(req).get("token", "")
         if not hmac.compare_digest(given.encode(), self.token.encode()):
+            self.login_failed(req.client)
             return self.page(req, "login.html", {"error": "wrong token"}, status=401)
-        secure = "; Secure" if req.origin.startswith("https:") else ""
+        secure = "; Secure" if req.secure else ""
         cookie = (
-            f"{SESSION_COOKIE}={self._session}; Path={req.root or '/'}; HttpOnly; "
-            f"SameSite=Strict{secure}"
+            f"{SESSION_COOKIE}={self.new_session()}; Path={req.root or '/'}; "
+            f"Max-Age={SESSION_MAX_AGE}; HttpOnly; SameSite=Strict{secure}"
         )
         resp = redirect(f"{req.root}/")
         resp.headers.append(("set-cookie", cookie))
         return resp
 
+    def login_wait(self, client: str) -> int:
+        """Seconds until `client` may try a token again (0: now)."""
+        now = time.monotonic()
+        with self._failures_lock:
+            times = self._failures.get(client)
+            while times and times[0] <= now - LOGIN_WINDOW:
+                times.popleft()
+            if not times or len(times) < LOGIN_FAILURES:
+                return 0
+            return max(1, int(times[0] + LOGIN_WINDOW - now + 1))
+
+    def login_failed(self, client: str) -> None:
+        with self._failures_lock:
+            if client not in self._failures and len(self._failures) >= MAX_CLIENTS_TRACKED:
+                del self._failures[next(iter(self._failures))]
+            self._failures.setdefault(client, deque(maxlen=LOGIN_FAILURES)).append(time.monotonic())
+
     def acted(self, req: Request, result: dict[str, Any]) -> Response:
         """A form post goes back to its page; a script gets the result as JSON."""
         if req.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-            back = form(req).get("next", "")
-            if not back.startswith(f"{req.root}/") or back.startswith("//"):
-                back = f"{req.root}/"
-            return redirect(back)
+            return redirect(local_url(form(req).get("next", ""), req.root))
         return json_response(result)
 
-    def db(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
-        """A connection from the App's pool (autocommit)."""
-        return self.app.connection()
+    @contextlib.contextmanager
+    def db(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection from the App's pool (autocommit), reading JSON with `loads_json`
+        while the dashboard holds it (the loaders it had come back after)."""
+        with self.app.connection() as conn:
+            adapters = conn.adapters
+            saved = [
+                (oid, fmt, adapters.get_loader(oid, fmt))
+                for oid in JSON_OIDS
+                for fmt in (pq.Format.TEXT, pq.Format.BINARY)
+            ]
+            set_json_loads(loads_json, conn)
+            try:
+                yield conn
+            finally:
+                for oid, _fmt, loader in saved:
+                    if loader is not None:
+                        adapters.register_loader(oid, loader)
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """json.loads, but an integer too long for int() (over 4,300 digits, Python's limit
+    on converting text to int) stays its digits, as a string, instead of failing the
+    page it is on."""
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    return json.loads(data, parse_int=_int)
+
+
+def _int(text: str) -> int | str:
+    return int(text) if len(text) <= 4000 else text
+
+
+def local_url(url: str, root: str) -> str:
+    """`url` if it is a path of this dashboard (under `root`), else the overview: a
+    form's `next` must not send the browser to another site (`//host`, `/\\host`, a
+    scheme, control characters; the page's own links are ASCII, percent-encoded)."""
+    home = f"{root}/"
+    if not url.startswith(home) or not url.isascii() or "\\" in url:
+        return home
+    if any(ord(c) < 0x20 or c == "\x7f" for c in url):
+        return home
+    rest = url[len(root) :]
+    parts = urllib.parse.urlsplit(url)
+    if rest.startswith("//") or parts.scheme or parts.netloc:
+        return home
+    return url
 
 
 def form(req: Request) -> dict[str, str]:

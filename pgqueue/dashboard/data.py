@@ -86,6 +86,8 @@ def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
     if state in FINISHED_STATES:
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+    if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
+        return states_query("dashboard_runs_queued"), False
     if state is not None:
         return states_query("dashboard_runs_live", states=(state,)), False
     return states_query("dashboard_runs_by_id", states=STATES), False
@@ -148,18 +150,22 @@ def make_cursor(at: datetime | None, run_id: int) -> str:
 def parse_cursor(cursor: str | None, by_finish: bool) -> tuple[datetime | None, int]:
     """(finished_at, id) to page after; the start is after everything."""
     if not cursor:
-        return END, 2**63 - 1
+        return END, MAX_ID
     if not by_finish:
         return None, id_cursor(cursor, 0)
+    at, _, run_id = cursor.rpartition("~")
     try:
-        at, _, run_id = cursor.rpartition("~")
-        return datetime.fromisoformat(at), int(run_id)
+        when = datetime.fromisoformat(at)
     except ValueError:
         raise bad_cursor(cursor) from None
+    return when, id_cursor(run_id or "x", 0)
 
 
 def bad_cursor(cursor: str) -> BadRequest:
     return BadRequest(f"invalid cursor {cursor[:40]!r}: use the `next` of a page")
+
+
+MAX_ID = 2**63 - 1  # bigint
 
 
 END = datetime.fromisoformat("9999-12-31T23:59:59+00:00")
@@ -249,7 +255,7 @@ def list_batches(
     conn: psycopg.Connection[Any], cursor: str | None, limit: int = PAGE_SIZE
 ) -> dict[str, Any]:
     """A page of batches, newest first, and the cursor of the next page (None: no more)."""
-    before_id = id_cursor(cursor, 2**63 - 1)
+    before_id = id_cursor(cursor, MAX_ID)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             _sql.query("dashboard_batches"), {"before_id": before_id, "limit": limit}
@@ -294,10 +300,12 @@ def id_cursor(cursor: str | None, start: int) -> int:
     page)."""
     if not cursor:
         return start
-    try:
-        return int(cursor)
-    except ValueError:
-        raise bad_cursor(cursor) from None
+    if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
+        raise bad_cursor(cursor)
+    value = int(cursor)
+    if value > MAX_ID:
+        raise bad_cursor(cursor)
+    return value
 
 
 def list_workers(conn: psycopg.Connection[Any]) -> dict[str, Any]:

@@ -144,19 +144,19 @@ def bulk_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 @route("GET", "/queues/([^/]{1,512})")
 def queue_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     with d.db() as conn:
-        queue = data.get_queue(conn, urllib.parse.unquote(m[1]))
+        queue = data.get_queue(conn, name_of(m[1]))
     return d.page(req, "queue.html", {"q": queue})
 
 
 @route("GET", "/api/queues/([^/]{1,512})")
 def queue_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     with d.db() as conn:
-        return json_response(data.get_queue(conn, urllib.parse.unquote(m[1])))
+        return json_response(data.get_queue(conn, name_of(m[1])))
 
 
 @route("POST", "/api/queues/([^/]{1,512})/(pause|resume)")
 def queue_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
-    name, paused = urllib.parse.unquote(m[1]), m[2] == "pause"
+    name, paused = name_of(m[1]), m[2] == "pause"
     with d.db() as conn:
         data.set_queue_paused(conn, name, paused)
     return d.acted(req, {"queue": name, "paused": paused})
@@ -188,7 +188,7 @@ def schedules_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 
 @route("POST", "/api/schedules/([^/]{1,512})/(trigger|pause|resume)")
 def schedule_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
-    name = urllib.parse.unquote(m[1])
+    name = name_of(m[1])
     with d.db() as conn:
         result = data.schedule_action(conn, name, m[2])
     return d.acted(req, {"schedule": name, **result})
@@ -220,6 +220,17 @@ def batch_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     limit = int_param(req, "limit", data.PAGE_SIZE, 1, 500)
     with d.db() as conn:
         return json_response(data.get_batch(conn, int(m[1]), req.query.get("cursor"), limit=limit))
+
+
+def name_of(segment: str) -> str:
+    """A queue's or schedule's name from its (percent-encoded) path segment."""
+    try:
+        name = urllib.parse.unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        raise Problem(400, "the name in the path is not UTF-8") from None
+    if "\x00" in name or len(name.encode()) > 512:
+        raise Problem(400, "the name in the path holds a NUL character or is over 512 bytes")
+    return name
 
 
 def tree(run: dict[str, Any]) -> list[dict[str, Any]]:
