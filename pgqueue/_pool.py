@@ -90,11 +90,9 @@ async def asettle(conn: psycopg.AsyncConnection[Any], failed: bool) -> None:
 def open_pool(dsn: str, size: int, pooler: str | None = None) -> CheckedPool:
     """An open pool on `dsn`, after one connection has failed fast, in one line, on a bad
     DSN or server."""
-    db.connect(dsn, pooler=pooler).close()
-    # search_path pinned at startup (known now whether the server accepts it)
-    pool = CheckedPool(
-        db.pinned_dsn(dsn, pooler), name="pgqueue", **db.app_pool_options(size, pooler)
-    )
+    db.connect(dsn, pooler=pooler, pin=False).close()
+    # the session's own search_path: these are the caller's connections too (db.SEARCH_PATH)
+    pool = CheckedPool(dsn, name="pgqueue", **db.app_pool_options(size, pooler))
     # With its first connection ready: a request made while that is still being opened
     # grows the pool by one, and psycopg_pool hands out its connections in turn, so a
     # caller enqueueing one run at a time would then alternate between two backends for

@@ -58,7 +58,7 @@ class AsyncApp:
             if self._apool_guard is not None:
                 _stop(self._apool_guard, owner)  # closes the pool it replaces
             self._apool = AsyncCheckedPool(
-                db.pinned_dsn(app.dsn, app.pooler),  # _open checks the server takes it
+                app.dsn,  # the session's own search_path, as the sync pool's (db.SEARCH_PATH)
                 name="pgqueue-async",
                 **db.app_pool_options(app.pool_size, app.pooler),
             )
@@ -184,9 +184,8 @@ class AsyncApp:
 
 
 async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str, pooler: str | None) -> None:
-    first = await db.aconnect(dsn, pooler=pooler)
+    first = await db.aconnect(dsn, pooler=pooler, pin=False)
     await first.close()  # failed fast, in one line, on a bad DSN or server
-    pool.conninfo = db.pinned_dsn(dsn, pooler)  # known now whether the server accepts it
     try:
         # with its first connection ready (see pgqueue._pool.open_pool)
         await pool.open(wait=True, timeout=db.POOL_TIMEOUT)

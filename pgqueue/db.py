@@ -30,6 +30,14 @@ DSN_ENV = "PGQUEUE_DSN"
 # trip and ends with the connection. Through a pooler, which does not forward it, the
 # role's own setting does the same (pinned_path_missing).
 SEARCH_PATH = "pg_catalog, pgqueue, pg_temp"
+# The exception: the App's pools (sync and async) keep the session's own search_path.
+# Their connections are the caller's as much as pgqueue's (`app.connection()` runs the
+# caller's own SQL in the transaction of an enqueue, and task code uses it too), and a
+# pinned path would hide the caller's tables. pgqueue's statements on them are written to
+# mean the same on any search_path that searches pg_catalog first (the default): its
+# objects named with their schema, its functions pinning their own path, builtins called
+# with exact argument types or qualified (tests/test_search_path.py plants overloads and
+# runs them through the App on an unpinned session).
 PIN_SEARCH_PATH = "-c search_path=pg_catalog,pgqueue,pg_temp"
 
 # psycopg_pool retries a lost connection with a doubling delay (1, 2, 4, 8, 16 s...) until
@@ -268,12 +276,19 @@ def first_line(exc: BaseException) -> str:
 
 
 def connect(
-    dsn: str, *, autocommit: bool = True, pooler: str | None = None
+    dsn: str, *, autocommit: bool = True, pooler: str | None = None, pin: bool = True
 ) -> psycopg.Connection[tuple[object, ...]]:
     """A new connection, with search_path pinned (see pinned_dsn) and checked, and
     connection failures turned into one-line ConfigErrors. Through a pooler (declared, or
-    found because it refused the startup parameter) the role's own setting must pin it."""
+    found because it refused the startup parameter) the role's own setting must pin it.
+    `pin=False`: the session's own search_path, unchecked (the App's pools, which are the
+    caller's connections too: see USER_PATH)."""
     kwargs = connect_kwargs(pooler, autocommit=autocommit)
+    if not pin:
+        try:
+            return psycopg.connect(dsn, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise cannot_connect(dsn, exc) from None
     target = pinned_dsn(dsn, pooler)
     try:
         conn = psycopg.connect(target, **kwargs)
@@ -291,9 +306,16 @@ def connect(
     return conn
 
 
-async def aconnect(dsn: str, *, pooler: str | None = None) -> psycopg.AsyncConnection[Any]:
+async def aconnect(
+    dsn: str, *, pooler: str | None = None, pin: bool = True
+) -> psycopg.AsyncConnection[Any]:
     """connect(), for asyncio (autocommit)."""
     kwargs = connect_kwargs(pooler)
+    if not pin:
+        try:
+            return await psycopg.AsyncConnection.connect(dsn, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise cannot_connect(dsn, exc) from None
     target = pinned_dsn(dsn, pooler)
     try:
         conn = await psycopg.AsyncConnection.connect(target, **kwargs)

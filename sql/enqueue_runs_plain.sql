@@ -25,7 +25,7 @@ WITH inserted AS (
 )
 SELECT pg_catalog.array_agg(id ORDER BY id) AS ids,  -- see parts/enqueue_batch_result.sql
        pg_catalog.array_agg(NULL::text) AS keys,
-       (SELECT count(pg_notify('pgqueue_queued', %(queue)s::text))
+       (SELECT pg_catalog.count(pg_notify('pgqueue_queued', %(queue)s::text))
          WHERE %(notify)s::boolean
            AND EXISTS (SELECT 1 FROM inserted WHERE state = 'queued')) AS notified
 FROM inserted

@@ -8,4 +8,4 @@ WITH watched AS (
       AND state NOT IN ('succeeded', 'failed', 'canceled')
     RETURNING queue, state
 )
-SELECT count(pg_notify('pgqueue_queued', queue)) FROM watched WHERE state = 'queued'
+SELECT pg_catalog.count(pg_notify('pgqueue_queued', queue)) FROM watched WHERE state = 'queued'
