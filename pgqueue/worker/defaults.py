@@ -16,10 +16,12 @@ SYNC_CONCURRENCY = 10
 
 
 def default_concurrency(app: App, queues: list[str]) -> int:
-    """ASYNC_CONCURRENCY if every task of `app` in `queues` is async (and there is one),
-    else SYNC_CONCURRENCY. Workflows are sync (their steps run in a thread)."""
+    """ASYNC_CONCURRENCY if every task the worker may run is async (and there is one),
+    else SYNC_CONCURRENCY. The tasks it may run are those of `app` that declare a queue in
+    `queues`; when none does (runs reach the queue through `.options(queue=...)`), any
+    task of `app`. Workflows are sync (their steps run in a thread)."""
     served = set(queues)
-    tasks = [t for t in app.tasks.values() if t.queue in served]
+    tasks = [t for t in app.tasks.values() if t.queue in served] or list(app.tasks.values())
     if tasks and all(t.is_async for t in tasks):
         return ASYNC_CONCURRENCY
     return SYNC_CONCURRENCY

@@ -49,11 +49,22 @@ def test_one_sync_task_or_workflow_keeps_the_sync_default(app: pgqueue.App) -> N
     assert worker(app, queues=["a"]).concurrency == 10
 
 
-def test_no_task_served_keeps_the_sync_default(app: pgqueue.App) -> None:
+def test_a_queue_no_task_declares_is_judged_by_every_task_of_the_app(
+    app: pgqueue.App,
+) -> None:
+    """Runs routed with .options(queue=...) to a queue no task declares: the worker may
+    run any task of the app, so the app's tasks decide."""
+
     @app.task(queue="a")
     async def fast() -> None: ...
 
-    assert worker(app, queues=["elsewhere"]).concurrency == 10
+    assert worker(app, queues=["routed"]).concurrency == 100
+
+    @app.task(queue="b")
+    def slow() -> None: ...
+
+    assert worker(app, queues=["routed"]).concurrency == 10
+    # an app with no task at all keeps the sync default
     assert worker(pgqueue.App(app.dsn)).concurrency == 10
 
 
