@@ -1,4 +1,4 @@
-"""Batches (DESIGN 16, docs/flow_control.md): app.batch(), the callback enqueued exactly
+"""Batches (docs/flow_control.md): app.batch(), the callback enqueued exactly
 once after the last member, pgqueue.batches, batch.wait(); with real worker processes."""
 
 from __future__ import annotations

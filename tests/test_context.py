@@ -1,4 +1,4 @@
-"""Every task knows its run (DESIGN.md section 17): pgqueue.current(), ctx.progress(),
+"""Every task knows its run (docs/workflows.md): pgqueue.current(), ctx.progress(),
 Context.cancelled, on_retry, validators' values and cancel reasons, with real workers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Workflows that know their run (DESIGN.md section 17), with real worker processes: step
+"""Workflows that know their run (docs/workflows.md), with real worker processes: step
 and call timeouts (the call's durable across a SIGKILL), emit_event as a memoized step, a
 step visible while it runs, and durable sleeps and delayed events woken on time."""
 

@@ -1,4 +1,4 @@
-"""The dashboard over HTTP (DESIGN 15): every route, action, auth and read-only rule, and
+"""The dashboard over HTTP (docs/dashboard.md): every route, action, auth and read-only rule, and
 the "why is it not running" text for each cause, against a real database through
 Starlette's test client."""
 

@@ -1,4 +1,4 @@
-"""The dashboard mounted in Django (DESIGN 15): behind Django's own login, staff to view,
+"""The dashboard mounted in Django (docs/dashboard.md): behind Django's own login, staff to view,
 the pgqueue.change_run permission to act. Runs on the example project, as
 tests/test_django.py does, with the dashboard included in its URLs."""
 

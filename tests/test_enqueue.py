@@ -648,7 +648,7 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
     assert _inserts.Insert(app, [row], batch_id=1).query == _sql.query("enqueue_run")
 
 
-# -- hostile input: refused before anything is stored (DESIGN 13) -------------------------
+# -- hostile input: refused before anything is stored (docs/security.md) -------------------------
 
 
 def nested(depth: int) -> Any:

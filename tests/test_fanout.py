@@ -1,4 +1,4 @@
-"""ctx.map (DESIGN 16): one child per item, a durable wait for all, results in order;
+"""ctx.map (docs/flow_control.md): one child per item, a durable wait for all, results in order;
 across a worker's restart."""
 
 from __future__ import annotations

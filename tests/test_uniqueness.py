@@ -1,4 +1,4 @@
-"""Uniqueness scopes (DESIGN 16, docs/flow_control.md): unique_key, unique_while,
+"""Uniqueness scopes (docs/flow_control.md): unique_key, unique_while,
 unique_for, on_duplicate, debounce, per-item keys in enqueue_many."""
 
 from __future__ import annotations

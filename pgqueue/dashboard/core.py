@@ -6,7 +6,7 @@ Authentication: with a token, a request is let in by `Authorization: Bearer <tok
 by the session cookie that the login form sets: when it was issued, a random nonce and an
 HMAC of both under a key derived from the token (never the token), good for
 SESSION_MAX_AGE. Failed logins are limited per client (LOGIN_FAILURES a minute, then 429).
-Django's mount decides instead (DESIGN 15: staff to view, pgqueue.change_run to act) and
+Django's mount decides instead (docs/dashboard.md: staff to view, pgqueue.change_run to act) and
 passes its verdict in.
 
 CSRF: a POST with a valid Bearer header is a script's (a browser never adds that header

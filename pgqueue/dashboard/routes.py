@@ -1,4 +1,4 @@
-"""The dashboard's pages and JSON endpoints (DESIGN 15), registered with core.route: each
+"""The dashboard's pages and JSON endpoints (docs/dashboard.md), registered with core.route: each
 takes the Dashboard, the Request and the path's match, and returns a Response."""
 
 from __future__ import annotations

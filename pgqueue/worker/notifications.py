@@ -68,7 +68,7 @@ CANCEL_GATHER = 0.02
 CANCEL_PENDING_MAX = 1024
 CONFIG_EVERY = 0.5  # seconds between two refreshes of the queues' limits on NOTIFY, at least
 # Seconds between two nudges of the stager on NOTIFY, at least: a delayed event's waiters
-# are staged within 100 ms of their due time (DESIGN.md 17), so well under that.
+# are staged within 100 ms of their due time (docs/workflows.md), so well under that.
 DUE_EVERY = 0.02
 RUN_ID_DIGITS = 19  # a bigint's; a longer payload is not a run id
 # A flood: this many notifications read since the last look at the queues. Then the

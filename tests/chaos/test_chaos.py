@@ -1,5 +1,5 @@
 """Proof under fire: real worker processes, a real server, steady load, and one kind of
-fault per scenario. Each scenario checks the invariants of DESIGN.md section 3 and
+fault per scenario. Each scenario checks the invariants in docs/reliability.md and
 reports one table row (pytest -s prints it; the session summary prints the table).
 
 Short by default (a few seconds of fault per scenario, for CI); PGQUEUE_CHAOS=full runs

@@ -1,7 +1,7 @@
-"""A history checker for pgqueue (DESIGN.md sections 3 and 24).
+"""A history checker for pgqueue (docs/reliability.md).
 
 Producers, workers and the database record what happened while a scenario runs
-(`tests.history.events`); `check(history)` verifies the invariants of DESIGN.md section 3
+(`tests.history.events`); `check(history)` verifies the invariants in docs/reliability.md
 over the whole history and returns every violation with the events that prove it
 (`tests.history.checker`). `tests.history.collect` records and reads a chaos scenario's
 history; `python -m tests.history` runs one short scenario and checks it."""

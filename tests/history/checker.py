@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md section 3, checked over a whole history.
+"""The invariants in docs/reliability.md, checked over a whole history.
 
 `check(history)` returns every violation found, each with the events that prove it; an
 empty list means the history is consistent with every guarantee below, by name:

@@ -1,4 +1,4 @@
-"""Hostile input and hostile task code, against real worker processes (DESIGN.md 13):
+"""Hostile input and hostile task code, against real worker processes (docs/security.md):
 notifications are hints, one undecodable run harms no other, and task code cannot stop
 the worker."""
 
