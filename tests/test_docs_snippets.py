@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import ROOT, scalar, wait_until
+from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
 from tests.webapps import Databases, sqlalchemy_url
 
 DOCS = ROOT / "docs"
@@ -201,3 +201,47 @@ def test_the_fastapi_lifespan_worker_runs_tasks_and_drains_at_sigterm(
     with psycopg.connect(empty_database) as conn:
         assert conn.execute(query, (slow,)).fetchone() == ("succeeded", "report q4 ready")
     assert scalar(empty_database, "SELECT count(*) FROM pgqueue.workers") == 0
+
+
+def pgqueue_blocks(page: str) -> list[str]:
+    """The ```python blocks of docs/PAGE that start with `# pgqueue`, in order."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    return [str(block) for block in blocks if block.startswith("# pgqueue")]
+
+
+def test_the_pgqueue_code_of_the_celery_guide_runs(tmp_path: Path, empty_database: str) -> None:
+    """docs/celery.md's pgqueue side: tasks.py, a worker started as the guide says, then
+    every other pgqueue block as a script of its own, in the guide's order."""
+    module, *scripts = pgqueue_blocks("celery.md")
+    assert module.startswith("# pgqueue: tasks.py")
+    assert len(scripts) == 3
+    (tmp_path / "tasks.py").write_text(module)
+    path = os.pathsep.join([str(tmp_path), str(ROOT)])
+    env = {"PGQUEUE_DSN": empty_database, "PYTHONPATH": path}
+    assert shell_lines("celery.md", "pgqueue worker") == [
+        "pgqueue migrate",
+        "pgqueue worker --app tasks:app",
+    ]
+    sh(f"{sys.executable} -m pgqueue migrate", tmp_path, env)
+    with psycopg.connect(empty_database, autocommit=True) as conn:  # the guide's own table
+        conn.execute("CREATE TABLE signups (email text PRIMARY KEY)")
+    outputs = []
+    with WorkerProcess(empty_database, "tasks:app", env={"PYTHONPATH": path}).wait_ready():
+        for n, script in enumerate(scripts):
+            (tmp_path / f"snippet{n}.py").write_text(script)
+            outputs.append(sh(f"{sys.executable} snippet{n}.py", tmp_path, env).splitlines())
+    calling, transaction, canvas = outputs
+    assert calling == ["5", "succeeded"]
+    assert transaction == []
+    assert canvas == ["9", str([2 * i for i in range(10)]), "285", "2"]
+
+    def count(query: str) -> int:
+        return int(scalar(empty_database, query))
+
+    assert count("SELECT count(*) FROM signups") == 1
+    welcome = "SELECT count(*) FROM pgqueue.runs WHERE kwargs->>'subject' = 'Welcome'"
+    assert count(welcome) == 1  # committed with the signup
+    assert count("SELECT count(*) FROM pgqueue.runs WHERE task = 'tasks.report'") == 1
+    assert count("SELECT count(*) FROM pgqueue.runs WHERE run_at > now() + interval '50 s'") == 2
+    schedule = "SELECT count(*) FROM pgqueue.schedules WHERE task = 'tasks.nightly_cleanup'"
+    assert count(schedule) == 1
