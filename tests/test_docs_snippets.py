@@ -4,16 +4,21 @@ with the commands the guides give (so they must be complete: imports, models, ta
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
-from tests.helpers import ROOT, scalar
+from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
 from tests.webapps import Databases, sqlalchemy_url
 
 DOCS = ROOT / "docs"
@@ -124,3 +129,119 @@ def test_install_hints_name_the_distribution() -> None:
         if wrong.search(line.replace("pgqueue-jobs[", ""))
     ]
     assert not found, "install hints naming the wrong distribution:\n" + "\n".join(found)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_json(method: str, url: str) -> Any:
+    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=15) as r:
+        return json.loads(r.read())
+
+
+def test_the_fastapi_lifespan_worker_runs_tasks_and_drains_at_sigterm(
+    tmp_path: Path, empty_database: str
+) -> None:
+    """docs/fastapi.md's main.py under a real uvicorn: its own worker runs what the API
+    enqueues, and at SIGTERM the run in progress finishes before the process exits, and
+    the worker's row is gone."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    (tmp_path / "main.py").write_text(code_block("fastapi.md", "worker.run_async()"))
+    env = {"PGQUEUE_DSN": empty_database}
+    commands = shell_lines("fastapi.md", "uvicorn main:api")
+    assert commands[-2:] == ["pgqueue migrate", "uvicorn main:api"]
+    sh("pgqueue migrate", tmp_path, env)
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGQUEUE_DSN")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "main:api", "--port", str(port)],
+        cwd=tmp_path,
+        env={**clean, "PATH": bin_dir + os.pathsep + clean.get("PATH", ""), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            try:
+                return http_json("GET", f"{base}/healthz") == {"worker": True}
+            except OSError:
+                return False
+
+        wait_until(healthy, message="uvicorn to serve /healthz")
+        done = http_json("POST", f"{base}/reports/q3?wait=10")
+        assert done["result"] == "report q3 ready"
+        assert scalar(empty_database, "SELECT count(*) FROM pgqueue.workers") == 1
+
+        slow = http_json("POST", f"{base}/reports/q4?seconds=2")["run"]
+        wait_until(
+            lambda: (
+                scalar(empty_database, "SELECT state FROM pgqueue.runs WHERE id = %s", (slow,))
+                == "running"
+            ),
+            message="the slow run to start",
+        )
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=30)
+        # uvicorn exits by the signal it got, once its shutdown is complete
+        assert server.returncode in (0, -signal.SIGTERM), out
+        assert "Application shutdown complete." in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    query = "SELECT state, result #>> '{}' FROM pgqueue.runs WHERE id = %s"
+    with psycopg.connect(empty_database) as conn:
+        assert conn.execute(query, (slow,)).fetchone() == ("succeeded", "report q4 ready")
+    assert scalar(empty_database, "SELECT count(*) FROM pgqueue.workers") == 0
+
+
+def pgqueue_blocks(page: str) -> list[str]:
+    """The ```python blocks of docs/PAGE that start with `# pgqueue`, in order."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    return [str(block) for block in blocks if block.startswith("# pgqueue")]
+
+
+def test_the_pgqueue_code_of_the_celery_guide_runs(tmp_path: Path, empty_database: str) -> None:
+    """docs/celery.md's pgqueue side: tasks.py, a worker started as the guide says, then
+    every other pgqueue block as a script of its own, in the guide's order."""
+    module, *scripts = pgqueue_blocks("celery.md")
+    assert module.startswith("# pgqueue: tasks.py")
+    assert len(scripts) == 3
+    (tmp_path / "tasks.py").write_text(module)
+    path = os.pathsep.join([str(tmp_path), str(ROOT)])
+    env = {"PGQUEUE_DSN": empty_database, "PYTHONPATH": path}
+    assert shell_lines("celery.md", "pgqueue worker") == [
+        "pgqueue migrate",
+        "pgqueue worker --app tasks:app",
+    ]
+    sh(f"{sys.executable} -m pgqueue migrate", tmp_path, env)
+    with psycopg.connect(empty_database, autocommit=True) as conn:  # the guide's own table
+        conn.execute("CREATE TABLE signups (email text PRIMARY KEY)")
+    outputs = []
+    with WorkerProcess(empty_database, "tasks:app", env={"PYTHONPATH": path}).wait_ready():
+        for n, script in enumerate(scripts):
+            (tmp_path / f"snippet{n}.py").write_text(script)
+            outputs.append(sh(f"{sys.executable} snippet{n}.py", tmp_path, env).splitlines())
+    calling, transaction, canvas = outputs
+    assert calling == ["5", "succeeded"]
+    assert transaction == []
+    assert canvas == ["9", str([2 * i for i in range(10)]), "285", "2"]
+
+    def count(query: str) -> int:
+        return int(scalar(empty_database, query))
+
+    assert count("SELECT count(*) FROM signups") == 1
+    welcome = "SELECT count(*) FROM pgqueue.runs WHERE kwargs->>'subject' = 'Welcome'"
+    assert count(welcome) == 1  # committed with the signup
+    assert count("SELECT count(*) FROM pgqueue.runs WHERE task = 'tasks.report'") == 1
+    assert count("SELECT count(*) FROM pgqueue.runs WHERE run_at > now() + interval '50 s'") == 2
+    schedule = "SELECT count(*) FROM pgqueue.schedules WHERE task = 'tasks.nightly_cleanup'"
+    assert count(schedule) == 1
