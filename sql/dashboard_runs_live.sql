@@ -18,25 +18,4 @@ scanned AS MATERIALIZED (
     FROM pgqueue.runs
     WHERE id = ANY (ARRAY(SELECT id FROM ids))
 ),
-ended AS (
-    SELECT count(*) AS scanned, min(id) AS last_id FROM scanned
-)
-SELECT e.scanned, NULL::timestamptz AS last_at, e.last_id, m.*
-FROM ended e
-LEFT JOIN LATERAL (
-    SELECT s.id, s.task, s.queue, s.state, s.group_key, s.priority, s.attempt,
-           s.max_attempts, s.error, s.parent_id, s.run_at, s.created_at, s.started_at,
-           s.finished_at
-    FROM scanned s
-    WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
-      AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
-      AND (%(group)s::text IS NULL OR s.group_key = %(group)s::text)
-      AND (%(q)s::text IS NULL OR s.id::text = %(q)s::text
-           OR strpos(lower(s.task), lower(%(q)s::text)) > 0
-           OR strpos(lower(s.group_key), lower(%(q)s::text)) > 0
-           OR strpos(lower(coalesce(s.idempotency_key, '')), lower(%(q)s::text)) > 0
-           OR strpos(lower(coalesce(s.error, '')), lower(%(q)s::text)) > 0)
-    ORDER BY s.id DESC
-    LIMIT %(limit)s
-) m ON true
-ORDER BY m.id DESC NULLS LAST
+{{dashboard_page}}
