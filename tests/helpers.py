@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -142,3 +146,22 @@ def plan_nodes(plan: Any) -> list[dict[str, Any]]:
         return [node for item in plan for node in plan_nodes(item)]
     root = plan.get("Plan", plan)
     return [root, *(node for child in root.get("Plans", []) for node in plan_nodes(child))]
+
+
+@contextlib.contextmanager
+def login_role(dsn: str, prefix: str) -> Iterator[str]:
+    """The DSN of a new role (`prefix` and a random suffix) with LOGIN and no grant at all
+    on the test database's objects; its sessions are ended and it is dropped after."""
+    role = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        yield make_conninfo(dsn, user=role)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE usename = %s AND datname = %s",
+                (role, conninfo_to_dict(dsn)["dbname"]),
+            )
+            c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

@@ -7,16 +7,13 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.apps import hostile
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, login_role, scalar, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -50,20 +47,8 @@ def worker(dsn: str, *args: str) -> Iterator[WorkerProcess]:
 @pytest.fixture
 def stranger(dsn: str) -> Iterator[str]:
     """The DSN of a LOGIN role with no grant at all on the test database's objects."""
-    role = f"pgqueue_stranger_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    try:
-        yield make_conninfo(dsn, user=role)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as c:
-            dbname = conninfo_to_dict(dsn)["dbname"]
-            c.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE usename = %s AND datname = %s",
-                (role, dbname),
-            )
-            c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    with login_role(dsn, "pgqueue_stranger") as role_dsn:
+        yield role_dsn
 
 
 def executions(dsn: str, tag: str) -> list[tuple[bool, bool]]:

@@ -24,7 +24,6 @@ import contextlib
 import threading
 import time
 import tracemalloc
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,11 +31,10 @@ from datetime import datetime
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue.worker.notifications import LOOK_EVERY, Listener
 from tests.apps import flood
-from tests.helpers import WorkerProcess, wait_until
+from tests.helpers import WorkerProcess, login_role, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -78,20 +76,8 @@ def fapp(dsn: str) -> Iterator[None]:
 @pytest.fixture
 def stranger(dsn: str) -> Iterator[str]:
     """The DSN of a LOGIN role with no grant at all on the test database's objects."""
-    role = f"pgqueue_flooder_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    try:
-        yield make_conninfo(dsn, user=role)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as c:
-            dbname = conninfo_to_dict(dsn)["dbname"]
-            c.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE usename = %s AND datname = %s",
-                (role, dbname),
-            )
-            c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    with login_role(dsn, "pgqueue_flooder") as role_dsn:
+        yield role_dsn
 
 
 @dataclass
