@@ -8,6 +8,8 @@ from pathlib import Path
 
 from alembic import op
 
+from pgqueue import _sql
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -16,6 +18,8 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
+    op.execute(_sql.definition("views/failed"))
+    op.execute(_sql.definition("views/workers_live"))
 
 
 def downgrade() -> None:

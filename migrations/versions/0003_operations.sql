@@ -150,28 +150,3 @@ SELECT r.id, r.task, r.queue, r.group_key, r.attempt, r.max_attempts, r.args, r.
 FROM pgqueue.runs r
 LEFT JOIN pgqueue.workers w ON w.id = r.worker_id
 WHERE r.state = 'running';
-
--- Failed runs with the last recorded error (kind, message, traceback) of each.
-CREATE VIEW pgqueue.failed AS
-SELECT r.id, r.task, r.queue, r.group_key, r.attempt, r.max_attempts, r.args, r.kwargs,
-       r.error, e.kind AS error_kind, e.traceback, r.created_at, r.finished_at, r.parent_id
-FROM pgqueue.runs r
-LEFT JOIN LATERAL (
-    SELECT x.kind, x.traceback
-    FROM pgqueue.run_errors x
-    WHERE x.run_id = r.id
-    ORDER BY x.id DESC
-    LIMIT 1
-) e ON true
-WHERE r.state = 'failed';
-
--- Workers whose heartbeat (renewed every lease/3 seconds) is under a minute old, with
--- the runs each holds now.
-CREATE VIEW pgqueue.workers_live AS
-SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.version, w.started_at,
-       w.heartbeat_at,
-       extract(epoch FROM now() - w.heartbeat_at)::double precision AS heartbeat_age_seconds,
-       (SELECT count(*) FROM pgqueue.runs r
-         WHERE r.state = 'running' AND r.worker_id = w.id) AS running
-FROM pgqueue.workers w
-WHERE w.heartbeat_at > now() - interval '60 seconds';

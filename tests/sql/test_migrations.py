@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,26 @@ def test_every_migration_is_forward_only_and_a_downgrade_changes_nothing(dsn: st
     assert 'raise NotImplementedError("pgqueue migrations are forward-only")' in (
         template.read_text()
     )
+
+
+def test_every_pasted_definition_is_reloaded_from_sql() -> None:
+    """A function or view whose definition lives in sql/functions or sql/views, created in
+    a revision's .sql with its text pasted, is loaded from that file by the same revision
+    or a later one: the text in sql/ is the one every database ends with."""
+    root = Path(__file__).resolve().parents[2]
+    versions = sorted((root / "migrations" / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+    created = re.compile(r"CREATE (?:OR REPLACE )?(FUNCTION|VIEW) pgqueue\.(\w+)", re.I)
+    unreloaded = []
+    for i, py in enumerate(versions):
+        pasted = py.with_suffix(".sql")
+        if not pasted.exists():
+            continue
+        for kind, name in created.findall(pasted.read_text()):
+            folder = "functions" if kind.upper() == "FUNCTION" else "views"
+            if not (root / "sql" / folder / f"{name}.sql").exists():
+                continue
+            later = "".join(v.read_text() for v in versions[i:])
+            everything = f'definition(f"{folder}/{{name}}")' in later  # loads every file
+            if not everything and f'"{folder}/{name}"' not in later:
+                unreloaded.append(f"{pasted.name}: {folder}/{name}")
+    assert not unreloaded, unreloaded
