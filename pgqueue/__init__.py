@@ -29,7 +29,7 @@ from pgqueue.retention import Retention
 from pgqueue.retry import RetryPolicy
 from pgqueue.runs import Run, RunHandle
 from pgqueue.schedules import InvalidSchedule, Schedule, UnknownSchedule
-from pgqueue.states import RunState
+from pgqueue.states import RunState, StepState
 from pgqueue.tasks import Task
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "RunNotFound",
     "RunState",
     "Schedule",
+    "StepState",
     "Task",
     "UnknownSchedule",
     "UnknownTask",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import _json, _sql
 from pgqueue._rows import EnqueueOptions
 from pgqueue.errors import ChildFailed
-from pgqueue.states import RunState
+from pgqueue.states import RunState, StepState
 
 if TYPE_CHECKING:
     from pgqueue.tasks import Task
@@ -37,9 +37,9 @@ def map_children(
 
     name = durable.unique_name(name)
     rec = durable.get(name)
-    if rec is not None and rec.state == "succeeded":
+    if rec is not None and rec.state == StepState.SUCCEEDED:
         return _outcomes(rec.output)
-    if rec is not None and rec.state == "waiting":
+    if rec is not None and rec.state == StepState.WAITING:
         ids = [int(i) for i in rec.output["run_ids"]]
     else:
         rows = []
@@ -49,7 +49,7 @@ def map_children(
             opts = EnqueueOptions(idempotency_key=key, parent_id=durable.run_id)
             rows.append(task.make_row(args, kwargs, opts))
         ids = [h.id for h in durable.app.insert_runs(rows)]
-        durable.record(name, "waiting", output=_json.dumps({"run_ids": ids}, what="map"))
+        durable.record(name, StepState.WAITING, output=_json.dumps({"run_ids": ids}, what="map"))
     with durable.app.connection() as conn:
         found = conn.execute(_sql.query("children_states"), {"ids": ids}).fetchall()
     by_id = {row[0]: row for row in found}
@@ -64,7 +64,9 @@ def map_children(
         elif state in TERMINAL:
             failure = {"run_id": child_id, "task": child_task, "state": state, "error": error}
             if not return_exceptions:
-                durable.record(name, "failed", error=f"child run {child_id} {state}: {error}")
+                durable.record(
+                    name, StepState.FAILED, error=f"child run {child_id} {state}: {error}"
+                )
                 raise ChildFailed(child_id, child_task, state, error)
             outcomes.append({"failed": failure})
         else:
@@ -77,7 +79,7 @@ def map_children(
         limit=durable.app.max_payload_bytes,
         max_depth=durable.app.max_json_depth + 2,
     )
-    durable.record(name, "succeeded", output=text)
+    durable.record(name, StepState.SUCCEEDED, output=text)
     return _outcomes(_json.loads(text))
 
 

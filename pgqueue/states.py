@@ -49,3 +49,17 @@ TERMINAL_STATES: frozenset[str] = frozenset(s.value for s in FINISHED_STATES)
 """FINISHED_STATES as a set of plain strings, for membership tests. A member is found in
 it too (equal hash and value); holding the values keeps the test on the worker's per-run
 path (`outcome.state in TERMINAL_STATES`) an identity hit on the interned strings."""
+
+
+class StepState(StrEnum):
+    """One workflow step's state: the values the check constraint `steps_state_check` of
+    `pgqueue.steps` allows. Like RunState, a member is a `str` equal to its value."""
+
+    RUNNING = "running"
+    """Its body is running now (recorded when it starts, so that an operator sees it)."""
+    WAITING = "waiting"
+    """A durable wait: a sleep, an event, a child run or the children of a map."""
+    SUCCEEDED = "succeeded"
+    """Done, its output memoized: a replay returns it and never runs the body again."""
+    FAILED = "failed"
+    """Done with an error (a timed-out step or a failed child): a replay raises it again."""

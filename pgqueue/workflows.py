@@ -23,7 +23,7 @@ from pgqueue import _enqueue, _json, _sql
 from pgqueue._checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 from pgqueue._running_steps import RUNNING_STEPS
 from pgqueue.errors import LeaseLost, UserError
-from pgqueue.states import RunState
+from pgqueue.states import RunState, StepState
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -123,7 +123,7 @@ class Durable:
     def record(
         self,
         name: str,
-        state: str,
+        state: StepState,
         *,
         output: str | None = None,
         error: str | None = None,
@@ -144,7 +144,7 @@ class Durable:
             "attempt": self.attempt,
             "started_at": started_at,
             # a wait's spec stays in steps.waited once the output holds what it returned
-            "waited": output if state == "waiting" else None,
+            "waited": output if state == StepState.WAITING else None,
         }
         with self.app.connection(conn) as c:
             row = c.execute(_sql.query("record_step"), params).fetchone()
@@ -177,7 +177,7 @@ class Durable:
             timeout = check_seconds("step timeout", timeout, zero=False)
         name = self.unique_name(name)
         done = self.get(name)
-        if done is not None and done.state == "succeeded":
+        if done is not None and done.state == StepState.SUCCEEDED:
             return done.output
         started = datetime.now().astimezone()
         # visible while its body runs (`pgqueue runs show`, the dashboard, pgqueue.steps)
@@ -186,10 +186,12 @@ class Durable:
         shown = None
         if self.holds is not None and self.holds():
             shown = RUNNING_STEPS.show_later(
-                functools.partial(self.record, name, "running", started_at=started, remember=False)
+                functools.partial(
+                    self.record, name, StepState.RUNNING, started_at=started, remember=False
+                )
             )
         else:
-            self.record(name, "running", started_at=started)
+            self.record(name, StepState.RUNNING, started_at=started)
         try:
             try:
                 if timeout is None:
@@ -200,7 +202,9 @@ class Durable:
                 if shown is not None:
                     shown.done()  # before the outcome: it lands after a `running` row
         except Exception as exc:
-            self.record(name, "failed", error=f"{type(exc).__name__}: {exc}", started_at=started)
+            self.record(
+                name, StepState.FAILED, error=f"{type(exc).__name__}: {exc}", started_at=started
+            )
             raise
         text = _json.dumps(
             result,
@@ -208,7 +212,7 @@ class Durable:
             limit=self.app.max_payload_bytes,
             max_depth=self.app.max_json_depth,
         )
-        self.record(name, "succeeded", output=text, started_at=started)
+        self.record(name, StepState.SUCCEEDED, output=text, started_at=started)
         return _json.loads(text)  # the same value a replay will return
 
     def emit_event(
@@ -219,21 +223,21 @@ class Durable:
         params = _enqueue.event_params(self.app, event, key, payload, delay)
         name = self.unique_name(name)
         rec = self.get(name)
-        if rec is not None and rec.state == "succeeded":
+        if rec is not None and rec.state == StepState.SUCCEEDED:
             return int(rec.output["event_id"])
         with self.app.connection() as conn, conn.transaction():
             event_id = _enqueue.emit_event(conn, params)
             out = _json.dumps({"event_id": event_id}, what="emit_event")
-            self.record(name, "succeeded", output=out, conn=conn)  # LeaseLost: rolled back
+            self.record(name, StepState.SUCCEEDED, output=out, conn=conn)  # LeaseLost: rolled back
         return event_id
 
     def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
         name = self.unique_name(name)
         rec = self.get(name)
-        if rec is not None and rec.state == "succeeded":
+        if rec is not None and rec.state == StepState.SUCCEEDED:
             return
         if rec is None:
-            rec = self.record(name, "waiting", output=_json.dumps(spec, what="sleep"))
+            rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="sleep"))
         spec = rec.output
         wake_at = (
             datetime.fromisoformat(spec["until"])
@@ -243,7 +247,7 @@ class Durable:
         assert self.db_now is not None
         left = (wake_at - self.db_now).total_seconds()
         if left <= 0:
-            self.record(name, "succeeded", output=_json.dumps(spec, what="sleep"))
+            self.record(name, StepState.SUCCEEDED, output=_json.dumps(spec, what="sleep"))
             return
         raise Suspend(RunState.SCHEDULED, left, wake_at=wake_at)
 
@@ -254,24 +258,24 @@ class Durable:
             timeout = check_seconds("timeout", timeout, zero=True)
         name = self.unique_name(name)
         rec = self.get(name)
-        if rec is not None and rec.state == "succeeded":
+        if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
         spec = {"event": event, "key": key, "timeout": timeout}
         if rec is None:
-            rec = self.record(name, "waiting", output=_json.dumps(spec, what="wait"))
+            rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="wait"))
         since = rec.created_at
         with self.app.connection() as conn:
             row = conn.execute(
                 _sql.query("find_event"), {"event": event, "key": key or "", "since": since}
             ).fetchone()
         if row is not None and row[1]:
-            self.record(name, "succeeded", output=_json.dumps(row[0], what="event payload"))
+            self.record(name, StepState.SUCCEEDED, output=_json.dumps(row[0], what="event payload"))
             return row[0]
         assert self.db_now is not None
         wake_at = None if timeout is None else since + timedelta(seconds=timeout)
         left = None if wake_at is None else (wake_at - self.db_now).total_seconds()
         if left is not None and left <= 0:
-            self.record(name, "succeeded", output="null")
+            self.record(name, StepState.SUCCEEDED, output="null")
             return None
         if row is not None and (left is None or row[2] < left):
             # a delayed event is on its way: wait until it is due
@@ -299,25 +303,29 @@ class Durable:
             timeout = check_seconds("call timeout", timeout, zero=False)
         name = self.unique_name(name)
         rec = self.get(name)
-        if rec is not None and rec.state == "succeeded":
+        if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
-        if rec is not None and rec.state == "failed" and (rec.output or {}).get("timed_out"):
+        if (
+            rec is not None
+            and rec.state == StepState.FAILED
+            and (rec.output or {}).get("timed_out")
+        ):
             raise TimeoutError(rec.error)  # as the attempt that timed out saw it
-        if rec is not None and rec.state == "waiting":
+        if rec is not None and rec.state == StepState.WAITING:
             child_id = int(rec.output["run_id"])
         else:
             child_id = self._enqueue_child(name, task, args, kwargs).id
             spec = {"run_id": child_id, "timeout": timeout}
-            rec = self.record(name, "waiting", output=_json.dumps(spec, what="call"))
+            rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="call"))
         with self.app.connection() as conn:
             row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
         assert row is not None, f"child run {child_id} disappeared"
         state, result, error, child_task = row
         if state == RunState.SUCCEEDED:
-            self.record(name, "succeeded", output=_json.dumps(result, what="child result"))
+            self.record(name, StepState.SUCCEEDED, output=_json.dumps(result, what="child result"))
             return result
         if state in (RunState.FAILED, RunState.CANCELED):
-            self.record(name, "failed", error=f"child run {child_id} {state}: {error}")
+            self.record(name, StepState.FAILED, error=f"child run {child_id} {state}: {error}")
             raise ChildFailed(child_id, child_task, state, error)
         timeout = rec.output.get("timeout")  # as stored by the attempt that called it
         left = wake_at = None
@@ -336,7 +344,7 @@ class Durable:
         out = _json.dumps({"run_id": child_id, "timeout": timeout, "timed_out": True}, what="call")
         reason = f"parent run {self.run_id} stopped waiting: {message}"
         with self.app.connection() as conn, conn.transaction():
-            self.record(name, "failed", output=out, error=message, conn=conn)
+            self.record(name, StepState.FAILED, output=out, error=message, conn=conn)
             conn.execute(_sql.query("cancel"), {"id": child_id, "children": True, "reason": reason})
         raise TimeoutError(message)
 
@@ -347,10 +355,12 @@ class Durable:
 
         name = self.unique_name(name)
         rec = self.get(name)
-        if rec is not None and rec.state == "succeeded":
+        if rec is not None and rec.state == StepState.SUCCEEDED:
             return RunHandle(int(rec.output["run_id"]), self.app, created=False)
         handle = self._enqueue_child(name, task, args, kwargs)
-        self.record(name, "succeeded", output=_json.dumps({"run_id": handle.id}, what="spawn"))
+        self.record(
+            name, StepState.SUCCEEDED, output=_json.dumps({"run_id": handle.id}, what="spawn")
+        )
         return handle
 
     def _enqueue_child(

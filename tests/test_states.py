@@ -13,7 +13,7 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue import states
-from pgqueue.states import RunState
+from pgqueue.states import RunState, StepState
 from pgqueue.worker import _completer, _transitions, attempt
 
 Conn = psycopg.Connection[Any]
@@ -28,6 +28,17 @@ def test_the_members_are_the_states_the_check_constraint_allows(conn: Conn) -> N
     allowed = re.findall(r"'([a-z_]+)'::text", row[0])
     assert allowed == [s.value for s in RunState]
     assert tuple(RunState) == states.STATES
+
+
+def test_step_states_are_those_the_steps_check_constraint_allows(conn: Conn) -> None:
+    row = conn.execute(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conname = 'steps_state_check' AND conrelid = 'pgqueue.steps'::regclass"
+    ).fetchone()
+    assert row is not None
+    allowed = re.findall(r"'([a-z_]+)'::text", row[0])
+    assert sorted(allowed) == sorted(s.value for s in StepState)
+    assert pgqueue.StepState is StepState and "StepState" in pgqueue.__all__
 
 
 def test_the_state_sets_split_the_states_into_live_and_finished() -> None:
