@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,19 @@ def effect_tags(dsn: str, run_id: int) -> list[str]:
     with psycopg.connect(dsn) as c:
         rows = c.execute("SELECT tag FROM effects WHERE run_id = %s ORDER BY id", (run_id,))
         return [r[0] for r in rows]
+
+
+def scalar_conn(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    """The first column of the first row of `query` on `conn` (None without a row)."""
+    row = conn.execute(query, params).fetchone()
+    return row[0] if row else None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def scalar(dsn: str, query: str, params: Any = None) -> Any:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 
 def binary() -> str:
@@ -46,12 +45,6 @@ def run_as(host: str) -> str:
         return "nobody"
     owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
     return "nobody" if owner == "root" else owner
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 CONFIG = """\

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -19,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import ROOT, scalar, wait_until
+from tests.helpers import ROOT, free_port, scalar, wait_until
 
 pytest.importorskip("selenium")
 
@@ -33,12 +32,6 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 WORKER = "00000000-0000-0000-0000-0000000000bb"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -18,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
+from tests.helpers import ROOT, WorkerProcess, free_port, scalar, wait_until
 from tests.webapps import Databases, sqlalchemy_url
 
 DOCS = ROOT / "docs"
@@ -129,12 +128,6 @@ def test_install_hints_name_the_distribution() -> None:
         if wrong.search(line.replace("pgqueue-jobs[", ""))
     ]
     assert not found, "install hints naming the wrong distribution:\n" + "\n".join(found)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_json(method: str, url: str) -> Any:

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pgqueue
 from pgqueue.retention import parse_duration
-from tests.helpers import InProcessWorker, WorkerProcess, scalar, wait_until
+from tests.helpers import InProcessWorker, WorkerProcess, free_port, scalar, wait_until
 from tests.sql.test_explain import plan, scans
 
 OPS_APP = "tests.apps.ops:app"
@@ -260,12 +260,6 @@ def test_no_pruning_with_retention_none(app: pgqueue.App, conn: psycopg.Connecti
 
 
 # -- metrics and logs -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

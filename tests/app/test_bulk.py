@@ -13,7 +13,7 @@ import pytest
 import pgqueue
 from pgqueue import _bulk
 from tests.apps.basic import EFFECTS_DDL
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
 
 Conn = psycopg.Connection[Any]
 
@@ -77,11 +77,6 @@ def test_retry_where_queues_finished_runs_again_and_records_each(
     assert retried == 6
     # a retried run keeps its id: a second pass finds none of them finished
     assert app.retry_where(state="failed") == 0
-
-
-def scalar_conn(conn: Conn, query: str) -> Any:
-    row = conn.execute(query).fetchone()
-    return row[0] if row else None
 
 
 def test_each_batch_is_its_own_transaction(app: pgqueue.App, conn: Conn) -> None:

@@ -18,7 +18,7 @@ from pgqueue import _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flow import app as flow_app
 from tests.apps.flow import slow_tick, step, tick
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
 from tests.sql.test_explain import plan, scans
 from tests.worker.parts import FROM_FRONT
 from tests.worker.test_semaphores import explain_nested, seq_scans
@@ -452,11 +452,6 @@ def test_rate_only_claim_writes_the_log_as_rate_log_add_and_rate_opens_would(
         used += claims
         assert (written[2] is not None) == (used >= limit)
         claims = max(0, min(asked, limit - used))
-
-
-def scalar_conn(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
-    row = conn.execute(query, params).fetchone()
-    return row[0] if row else None
 
 
 def test_a_passed_rate_opening_does_not_wake_the_worker_again(

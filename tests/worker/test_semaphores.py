@@ -14,7 +14,7 @@ from pgqueue import _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.limits import app as limits_app
 from tests.apps.limits import overrun, overrun_hooked, span, stubborn
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
 
 APP = "tests.apps.limits:app"
 
@@ -337,11 +337,6 @@ def test_limited_claim_counts_permits_exactly(conn: psycopg.Connection[Any]) -> 
     conn.execute("UPDATE pgqueue.queues SET paused = true WHERE name = 'q'")
     conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now()")
     assert claim_limited(conn, 10) == []
-
-
-def scalar_conn(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
-    row = conn.execute(query, args or None).fetchone()
-    return row[0] if row else None
 
 
 # -- the `limited` flag: runs_group_claim_idx holds only the runs of queues with limits ------
@@ -713,7 +708,7 @@ def test_a_canceled_running_attempt_keeps_its_permit_while_its_worker_beats(
         "UPDATE pgqueue.runs SET worker_id = '00000000-0000-0000-0000-000000000002' WHERE id = %s",
         (running,),
     )
-    assert scalar_conn(conn, "SELECT pgqueue.cancel(%s)", running) is True
+    assert scalar_conn(conn, "SELECT pgqueue.cancel(%s)", [running]) is True
     held = conn.execute(
         "SELECT run_id, group_key, lease_seconds > 20 FROM pgqueue.zombie_permits"
     ).fetchall()
@@ -727,5 +722,5 @@ def test_a_canceled_running_attempt_keeps_its_permit_while_its_worker_beats(
     # a cancel of an attempt whose lease had expired (its worker is gone) files nothing
     conn.execute("UPDATE pgqueue.runs SET lease_expires_at = now() WHERE state = 'running'")
     for (run_id,) in conn.execute("SELECT id FROM pgqueue.runs WHERE state = 'running'"):
-        assert scalar_conn(conn, "SELECT pgqueue.cancel(%s)", run_id) is True
+        assert scalar_conn(conn, "SELECT pgqueue.cancel(%s)", [run_id]) is True
     assert scalar_conn(conn, "SELECT count(*) FROM pgqueue.zombie_permits") == 0
