@@ -59,7 +59,8 @@ def checks(dsn: str, *, host: str | None = None, max_age: float = MAX_HEARTBEAT_
         row = conn.execute(
             _sql.query("health_workers"), {"host": host, "max_age": max_age}
         ).fetchone()
-        beating = int(row[0]) if row else 0
+        beating = row[0] if row else 0
+        assert isinstance(beating, int)
         where = f"on {host}" if host is not None else "on any host"
         result.append(
             Check(
