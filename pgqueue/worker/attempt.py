@@ -83,6 +83,7 @@ def failure(
     tb = None
     if with_traceback and isinstance(exc, BaseException):
         tb = "".join(traceback.format_exception(exc))
+    cause = exc if isinstance(exc, BaseException) else None
     attempt, max_attempts = held.row.attempt, held.row.max_attempts
     if retry is not None and attempt < max_attempts:
         return Outcome(
@@ -93,8 +94,17 @@ def failure(
             error_kind=kind,
             traceback=tb,
             delay=retry.delay(attempt),
+            exception=cause,
         )
-    return Outcome(held.id, held.lease_token, FAILED, error=message, error_kind=kind, traceback=tb)
+    return Outcome(
+        held.id,
+        held.lease_token,
+        FAILED,
+        error=message,
+        error_kind=kind,
+        traceback=tb,
+        exception=cause,
+    )
 
 
 Arguments = tuple[Sequence[Any], Mapping[str, Any]]
