@@ -1,4 +1,5 @@
-"""Log setup for `pgqueue worker`: plain text lines, or one JSON object per line."""
+"""Log setup for `pgqueue worker`: plain text lines, or one JSON object per line; and the
+run's fields on every log record emitted while a run executes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
+
+from pgqueue.context import _CURRENT
+
+# The LogRecord attributes a record made while a run executes carries (its task's code, its
+# hooks, whatever they call), from pgqueue.current(): the ContextVar the worker sets for
+# the attempt, in its thread or in its asyncio task.
+RUN_FIELDS = ("pgqueue_run_id", "pgqueue_task", "pgqueue_queue", "pgqueue_attempt")
 
 # Attributes every LogRecord has; anything else came from `extra=` and is a field.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -42,3 +50,26 @@ def setup(level: str, fmt: str = "text") -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def install_run_fields() -> None:
+    """Make every LogRecord created while a run executes carry RUN_FIELDS (a LogRecord
+    factory around the current one; installed once per process, by the worker). A JSON
+    formatter, structlog's ExtraAdder or a "%(pgqueue_run_id)s" format then shows them.
+    Records made outside a run have none of them."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "pgqueue_run_fields", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        ctx = _CURRENT.get(None)
+        if ctx is not None:
+            record.pgqueue_run_id = ctx.run_id
+            record.pgqueue_task = ctx.task
+            record.pgqueue_queue = ctx.queue
+            record.pgqueue_attempt = ctx.attempt
+        return record
+
+    factory.pgqueue_run_fields = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import db
+from pgqueue import _logging, db
 from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
@@ -171,6 +171,7 @@ class Worker:
     async def run_async(self, burst: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
+        _logging.install_run_fields()
         metrics = queue_depth.serve(self.metrics_port, self.transitions, self.probes)
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).
