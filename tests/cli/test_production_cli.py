@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -191,3 +192,18 @@ def test_health_of_a_schema_behind(capsys: Any, scratch: str) -> None:
     code, out, _ = cli(capsys, "health", "--dsn", scratch, "--any-host")
     assert code == 1
     assert "FAIL schema: the pgqueue schema is at revision" in out
+
+
+def test_dashboard_on_a_busy_port_is_one_line_and_exit_2(capsys: Any, dsn: str) -> None:
+    pytest.importorskip("uvicorn")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = cli(capsys, "dashboard", "--dsn", dsn, "--port", str(port))
+    assert_user_error(
+        result,
+        f"cannot serve the dashboard on 127.0.0.1:{port}: Address already in use",
+        "pick another --port",
+    )
+    assert "http://" not in result[2]  # no URL printed for a server that never ran
