@@ -41,6 +41,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+def printed_elsewhere(record: logging.LogRecord) -> bool:
+    """Whether a console handler of the record's logger or of an ancestor below the root
+    (a framework's own logging config: Django's LOGGING prints `django.*` records to the
+    console while DEBUG is on) has printed the record before it reached the root."""
+    logger = logging.Logger.manager.loggerDict.get(record.name)
+    while isinstance(logger, logging.Logger) and logger is not logging.root:
+        for handler in logger.handlers:
+            if (
+                isinstance(handler, logging.StreamHandler)
+                and not isinstance(handler, logging.FileHandler)
+                and record.levelno >= handler.level
+                and handler.filter(record)
+            ):
+                return True
+        if not logger.propagate:
+            break
+        logger = logger.parent
+    return False
+
+
+class _OncePerRecord(logging.Filter):
+    """The root handler's filter: a record another console handler printed is not
+    printed twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not printed_elsewhere(record)
+
+
 def setup(level: str, fmt: str = "text") -> None:
     """Configure the root logger for a command-line process."""
     handler = logging.StreamHandler()
@@ -48,6 +76,7 @@ def setup(level: str, fmt: str = "text") -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_OncePerRecord())
     logging.basicConfig(level=level.upper(), handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)
 

@@ -44,6 +44,7 @@ class Executor:
         transitions: Transitions,
     ) -> None:
         self.app = app
+        self.worker_id = worker_id
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
         self.stats = stats
         self.transitions = transitions
@@ -234,7 +235,7 @@ class Executor:
             else:
                 kept.append(row)
                 continue
-            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row, self.worker_id))
             self.transitions.started(held)
             held.submitted = True
             message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
