@@ -168,7 +168,10 @@ def pending(found: str | None) -> list[str]:
 def describe(found: str | None, waiting: list[str]) -> str:
     """One line: where the schema is and what `pgqueue migrate` would run."""
     if found is None:
-        return f"no pgqueue schema: {len(waiting)} migrations pending ({waiting[0]} to {head()})"
+        return (
+            f"no pgqueue schema: {len(waiting)} migrations pending ({waiting[0]} to "
+            f"{head()}); run `pgqueue migrate`"
+        )
     if found not in revisions():
         return f"the pgqueue schema (revision {found}) is newer than this pgqueue ({head()})"
     if not waiting:

@@ -207,3 +207,13 @@ def test_dashboard_on_a_busy_port_is_one_line_and_exit_2(capsys: Any, dsn: str) 
         "pick another --port",
     )
     assert "http://" not in result[2]  # no URL printed for a server that never ran
+
+
+def test_health_never_prints_a_password(capsys: Any, monkeypatch: Any) -> None:
+    from tests.cli.test_cli_errors import BAD_DSNS, SECRET
+
+    monkeypatch.delenv("PGQUEUE_DSN", raising=False)
+    for bad_dsn in BAD_DSNS:
+        code, out, err = cli(capsys, "health", "--dsn", bad_dsn)
+        assert code in (1, 2) and "Traceback" not in err, (bad_dsn, out, err)
+        assert SECRET not in out + err and "s3cret%70w" not in out + err, (out, err)
