@@ -3,6 +3,7 @@ transport that keeps its events in memory."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,3 +141,32 @@ def test_with_opentelemetry_both_trace_and_report(dsn: str, events: list[dict[st
         assert traced.app.tracing is otel
         processor.shutdown()
         traced.app.close()
+
+
+def test_attempts_past_their_timeout_are_reported(
+    app: pgqueue.App, events: list[dict[str, Any]]
+) -> None:
+    """A sync task in its thread and an async one on the loop: the worker writes the
+    timeout's failure apart from the attempt, and reports it."""
+    pgqueue_sentry.instrument(app)
+
+    @app.task(max_attempts=1, timeout=0.3)
+    def slow_sync() -> None:
+        pgqueue.current().wait_cancelled(20)
+
+    @app.task(max_attempts=1, timeout=0.3)
+    async def slow_async() -> None:
+        await asyncio.sleep(20)
+
+    handles = [slow_sync.enqueue(), slow_async.enqueue()]
+    with InProcessWorker(app):
+        for handle in handles:
+            with pytest.raises(pgqueue.RunFailed):
+                handle.wait(timeout=20)
+    wait_until(lambda: len(events) >= 2, message="two events")
+    assert len(events) == 2, events
+    tasks = sorted(e["tags"]["pgqueue.task"] for e in events)
+    assert tasks == sorted([slow_sync.name, slow_async.name])
+    for event in events:
+        assert event["tags"]["pgqueue.error_kind"] == "timeout"
+        assert event["exception"]["values"][0]["type"] == "AttemptTimeout"

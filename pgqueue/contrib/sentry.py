@@ -7,12 +7,11 @@
     instrument(app)
 
 in the worker's process (the module `pgqueue worker --app` imports). Each failed attempt
-(an exception or a non-retryable error; retried or final) becomes one Sentry event: the
-exception with its traceback, tagged `pgqueue.run_id`, `pgqueue.task`, `pgqueue.queue` and
-`pgqueue.attempt`, plus `pgqueue.state` (`scheduled`: will be retried, `failed`: for good)
-and `pgqueue.error_kind`. Attempts that succeed, wait or are canceled send nothing. An
-attempt that runs past its task's timeout is recorded by the worker apart from the attempt
-and is not reported.
+(an exception, a timeout or a non-retryable error; retried or final) becomes one Sentry
+event: the exception with its traceback (a timeout has none), tagged `pgqueue.run_id`,
+`pgqueue.task`, `pgqueue.queue` and `pgqueue.attempt`, plus `pgqueue.state` (`scheduled`:
+will be retried, `failed`: for good) and `pgqueue.error_kind`. Attempts that succeed, wait
+or are canceled send nothing.
 
 With `pgqueue.contrib.otel` as well, call its `instrument(app)` first: this one keeps the
 tracing it finds and adds its reports to it.
@@ -123,6 +122,11 @@ class SentryReporting:
         if self.inner is not None:
             return self.inner.enqueue(rows)
         return nullcontext(_NoEnqueueSpan())
+
+    def timed_out(self, held: Held, outcome: Outcome) -> None:
+        if self.inner is not None:
+            self.inner.timed_out(held, outcome)
+        report(held, outcome)
 
     @contextmanager
     def attempt(self, held: Held) -> Iterator[_Attempt]:

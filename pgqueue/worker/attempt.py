@@ -332,6 +332,8 @@ def _expire(executor: Executor, held: Held, timeout: float) -> None:
         return
     exc = AttemptTimeout(timeout_message(timeout))
     outcome = failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
+    if executor.app.tracing is not None:
+        executor.app.tracing.timed_out(held, outcome)
     held.submitted = True
     held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
     held.stop()

@@ -213,6 +213,8 @@ class Executor:
         outcome = _attempt.raised(held, self.app.tasks[held.row.task], timeout)
         if outcome is None:
             return
+        if self.app.tracing is not None:
+            self.app.tracing.timed_out(held, outcome)
         if self.permits.limited(held.row.queue):
             # written once the thread's permit is filed: a limited queue's claims never
             # see a moment where neither the run nor its thread holds it
