@@ -39,3 +39,7 @@ class Tracing(Protocol):
     def enqueue(self, rows: Sequence[RunRow]) -> AbstractContextManager[TracedEnqueue]: ...
 
     def attempt(self, held: Held) -> AbstractContextManager[AttemptSpan]: ...
+
+    def timed_out(self, held: Held, outcome: Outcome) -> None:
+        """An attempt ran past its task's timeout: the worker writes `outcome` (its
+        failure) now, apart from the attempt, whose span gets no outcome (None)."""

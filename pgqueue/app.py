@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
@@ -422,9 +423,10 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
             call = functools.partial(wrapper, ctx, call)
         return call
 
-    def make_context(self, run: Claimed) -> Context:
+    def make_context(self, run: Claimed, worker_id: uuid.UUID | None = None) -> Context:
         # positional (run_id, task, queue, attempt, max_attempts, args, kwargs, priority,
-        # group, app, lease): half the cost of keywords, once per claimed run
+        # group, app, lease, durable, progress, cancelled, cancel event, worker): half the
+        # cost of keywords, once per claimed run
         return Context(
             run.id,
             run.task,
@@ -437,4 +439,9 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
             run.group_key or None,
             self,
             run.lease_token,
+            None,
+            None,
+            False,
+            None,
+            worker_id,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -86,10 +87,17 @@ class Context:
     # per run). Both are set under _CANCEL_LOCK, so a waiter never misses the cancel.
     _cancelled: bool = field(default=False, repr=False)
     _cancel_event: threading.Event | None = field(default=None, repr=False)
+    _worker_id: uuid.UUID | None = field(default=None, repr=False)
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    @property
+    def worker_id(self) -> uuid.UUID | None:
+        """The id of the worker running this attempt (as in pgqueue.workers); None when
+        the run is not run by a worker (pgqueue.testing's eager runs)."""
+        return self._worker_id
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Sleep up to `timeout` seconds, waking early (and returning True) if cancelled.

@@ -8,7 +8,10 @@ cluster-wide values for the queues it serves (use max() or one worker's series).
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.errors import ConfigError
@@ -16,6 +19,11 @@ from pgqueue.states import RunState
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
+
+    from pgqueue.worker.probes import Probes
+
+# A WSGI application: (environ, start_response) -> body chunks.
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -80,14 +88,21 @@ class WorkerMetrics:
         )
         self._server: WSGIServer | None = None
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serve /metrics on a daemon thread; returns the port (useful with port 0)."""
+    def serve(self, port: int, addr: str = "0.0.0.0", probes: Probes | None = None) -> int:
+        """Serve /metrics (and, given `probes`, /healthz and /healthz/ready) on a daemon
+        thread; returns the port (useful with port 0)."""
         import prometheus_client as prom
 
+        app: Wsgi = prom.make_wsgi_app(self.registry)
+        if probes is not None:
+            app = _with_probes(app, probes)
         try:
-            self._server, _ = prom.start_http_server(port, addr, registry=self.registry)
+            self._server = _server(addr, port, app)
         except OSError as exc:
             raise ConfigError(f"cannot serve metrics on {addr}:{port}: {exc}") from None
+        threading.Thread(
+            target=self._server.serve_forever, name="pgqueue-metrics", daemon=True
+        ).start()
         bound = int(self._server.server_port)
         log.info("metrics on http://%s:%d/metrics", addr, bound)
         return bound
@@ -105,3 +120,37 @@ class WorkerMetrics:
             ):
                 self.depth.labels(queue, state).set(value)
             self.oldest.labels(queue).set(oldest or 0.0)
+
+
+def _with_probes(metrics: Wsgi, probes: Probes) -> Wsgi:
+    """`metrics`, with the worker's probes answering at their paths."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        probe = probes.answer(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return metrics(environ, start_response)
+        body = json.dumps(probe.body).encode()
+        reason = "OK" if probe.status == 200 else "Service Unavailable"
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        start_response(f"{probe.status} {reason}", headers)
+        return [body]
+
+    return app
+
+
+def _server(addr: str, port: int, app: Wsgi) -> WSGIServer:
+    """A threaded WSGI server on (addr, port) that logs no request lines (as
+    prometheus_client's own)."""
+    import socket
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    class Threaded(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+    return make_server(addr, port, app, Threaded, handler_class=Quiet)

@@ -154,6 +154,35 @@ def revisions() -> list[str]:
     )
 
 
+def pending(found: str | None) -> list[str]:
+    """The revisions a schema at revision `found` (None: no schema) still needs, oldest
+    first; none when it is at head or newer than this pgqueue."""
+    known = revisions()
+    if found is None:
+        return known
+    if found not in known:
+        return []
+    return known[known.index(found) + 1 :]
+
+
+def describe(found: str | None, waiting: list[str]) -> str:
+    """One line: where the schema is and what `pgqueue migrate` would run."""
+    if found is None:
+        return (
+            f"no pgqueue schema: {len(waiting)} migrations pending ({waiting[0]} to "
+            f"{head()}); run `pgqueue migrate`"
+        )
+    if found not in revisions():
+        return f"the pgqueue schema (revision {found}) is newer than this pgqueue ({head()})"
+    if not waiting:
+        return f"the pgqueue schema is current (revision {found})"
+    what = waiting[0] if len(waiting) == 1 else f"{waiting[0]} to {waiting[-1]}"
+    return (
+        f"the pgqueue schema is at revision {found}: {len(waiting)} migration"
+        f"{'s' if len(waiting) > 1 else ''} pending ({what}); run `pgqueue migrate`"
+    )
+
+
 def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
     try:
         with conn.transaction():

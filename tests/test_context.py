@@ -260,3 +260,19 @@ def test_eager_runs_have_a_context_and_the_validators_values(app: pgqueue.App) -
         assert h.wait() == h.id
     with pytest.raises(RuntimeError, match="outside a run"):
         pgqueue.current()
+
+
+def test_worker_id_names_the_worker_running_the_attempt(app: pgqueue.App) -> None:
+    from tests.helpers import InProcessWorker
+
+    @app.task()
+    def which() -> str:
+        return str(pgqueue.current().worker_id)
+
+    @app.task()
+    async def which_async() -> str:
+        return str(pgqueue.current().worker_id)
+
+    handles = [which.enqueue(), which_async.enqueue()]
+    with InProcessWorker(app) as worker:
+        assert [h.wait(timeout=20) for h in handles] == [str(worker.id)] * 2

@@ -65,13 +65,14 @@ def test_a_staff_user_sees_the_dashboard(site: str) -> None:
 
 
 def test_anyone_else_is_sent_to_the_login_page(site: str) -> None:
-    from django.conf import settings
     from django.test import Client
 
     anonymous = Client()
     response = anonymous.get("/ops/pgqueue/runs")
     assert response.status_code == 302
-    assert response["Location"].startswith(settings.LOGIN_URL)
+    # LOGIN_URL is Django's default (/accounts/login/, a 404 in this project) and the
+    # admin is installed: its login page
+    assert response["Location"].startswith("/admin/login/")
     assert "next=/ops/pgqueue/runs" in response["Location"]
 
     client = Client()
@@ -104,3 +105,35 @@ def test_only_change_run_may_act(site: str) -> None:
     response = operator.post(f"/ops/pgqueue/api/runs/{run_id}/cancel", headers=headers)
     assert response.json() == {"id": run_id, "canceled": True}
     assert state(site, run_id) == "canceled"
+
+
+def test_a_login_url_of_the_project_is_used(site: str) -> None:
+    from django.test import Client, override_settings
+
+    with override_settings(LOGIN_URL="/signin/"):
+        response = Client().get("/ops/pgqueue/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/signin/?next=/ops/pgqueue/")
+
+
+def test_the_mounted_dashboard_without_jinja2_leaves_manage_py_working(
+    project_dsn: str,
+) -> None:
+    """Only pgqueue-jobs[django] installed: the URLconf that includes the dashboard loads
+    (every manage.py command loads it), and the dashboard says what to install."""
+    from tests.test_django import PROJECT
+    from tests.webapps import run_command
+
+    done = run_command(
+        ["-m", "tests.django_site.without_jinja2"],
+        cwd=PROJECT,
+        env={
+            "DJANGO_SETTINGS_MODULE": "tests.django_site.mounted_settings",
+            "DATABASE_URL": project_dsn,
+        },
+    )
+    assert "System check identified no issues" in done.stdout
+    assert (
+        "dashboard: the pgqueue dashboard needs jinja2: pip install 'pgqueue-jobs[dashboard]'"
+        in done.stdout
+    )

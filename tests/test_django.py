@@ -236,6 +236,9 @@ def test_django_tasks_backend_runs_on_pgqueue_workers(project_dsn: str) -> None:
         _ = failing.return_value
     retried.refresh()  # failed once, due again after a backoff
     assert (retried.status, retried.attempts, len(retried.errors)) == ("READY", 1, 1)
+    # the worker that ran the failed attempt, as pgqueue recorded it
+    query = "SELECT worker_id::text FROM pgqueue.run_errors WHERE run_id = %s"
+    assert retried.worker_ids == [scalar(project_dsn, query, (int(retried.id),))]
     assert client.get("/receipts/nope/").status_code == 404
 
 
@@ -330,10 +333,15 @@ def test_on_psycopg2_enqueue_in_atomic_waits_for_the_commit(dsn: str) -> None:
 
 
 @contextlib.contextmanager
-def site_worker(dsn: str, *args: str) -> Iterator[subprocess.Popen[str]]:
-    """`django-admin pgqueue worker` on tests/django_site, as a real process."""
+def site_worker(
+    dsn: str, *args: str, env: dict[str, str] | None = None, outputs: list[str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """`django-admin pgqueue worker` on tests/django_site, as a real process. Its output,
+    once it has stopped, is appended to `outputs`."""
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
     env.update(PYTHONPATH=str(ROOT), DATABASE_URL=dsn, DJANGO_SETTINGS_MODULE=SITE_SETTINGS)
+    env.update(extra)
     command = [sys.executable, "-m", "django", "pgqueue", "worker", "--log-level", "WARNING"]
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
@@ -363,6 +371,8 @@ def site_worker(dsn: str, *args: str) -> Iterator[subprocess.Popen[str]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+            if outputs is not None:
+                outputs.append(output())
 
 
 def test_worker_refreshes_django_connections_around_each_run(dsn: str, app: pgqueue.App) -> None:
@@ -467,3 +477,41 @@ def test_sync_wrappers_run_around_each_sync_call_in_the_worker_thread(
     ]
     assert len(seen) == 13  # nothing around the async task
     assert threading.current_thread().name not in worker_threads
+
+
+def test_the_worker_prints_each_django_log_line_once(dsn: str, app: pgqueue.App) -> None:
+    """With DEBUG on, Django's LOGGING prints `django.*` records to the console itself:
+    the worker's own log handler does not print them again."""
+    handle = app.enqueue_by_name("tests.django_site.tasks.chatty", ["hello"])
+    outputs: list[str] = []
+    with site_worker(dsn, "--log-level", "INFO", env={"DJANGO_DEBUG": "1"}, outputs=outputs):
+        wait_until(lambda: app.get_run(handle.id).finished, message="the run")
+    [output] = outputs
+    assert output.count("chatty says hello") == 1, output
+    # the tasks framework's own line as the run starts (django.tasks on Django 6, printed
+    # by Django's LOGGING; django_tasks on 5.2, printed by the worker's handler)
+    started = f"Task id={handle.id} path=tests.django_site.tasks.chatty state=RUNNING"
+    assert output.count(started) == 1, output
+
+
+def test_task_results_name_the_worker_that_runs_the_attempt(dsn: str, app: pgqueue.App) -> None:
+    handle = app.enqueue_by_name("tests.django_site.tasks.whoami")
+    with site_worker(dsn) as proc:
+        run = wait_until(lambda: (r := app.get_run(handle.id)).finished and r, message="run")
+        worker_id = scalar(dsn, "SELECT id::text FROM pgqueue.workers WHERE pid = %s", (proc.pid,))
+    assert run.state == "succeeded", run.error
+    assert run.result == [worker_id]
+
+
+def test_worker_ids_has_one_entry_per_attempt() -> None:
+    import uuid
+
+    from pgqueue.contrib.django.backend import UNRECORDED_WORKER, _worker_ids
+
+    a, b = uuid.uuid4(), uuid.uuid4()
+    errors = [
+        {"attempt": 1, "worker_id": a},
+        {"attempt": 2, "worker_id": None},  # a retry by hand: no worker
+    ]
+    assert _worker_ids(3, errors, b) == [str(a), UNRECORDED_WORKER, str(b)]
+    assert _worker_ids(1, [], None) == [UNRECORDED_WORKER]

@@ -16,11 +16,13 @@ from pgqueue.cli import (
     dashboard,
     enqueue,
     grants,
+    health,
     migrate,
     ops,
     queues,
     runs,
     schedules,
+    uninstall,
     worker,
 )
 from pgqueue.cli._common import load_app, open_app
@@ -49,6 +51,8 @@ cli.add_command(ops.prune)
 cli.add_command(ops.stats)
 cli.add_command(ops.demo)
 cli.add_command(dashboard.dashboard)
+cli.add_command(health.health)
+cli.add_command(uninstall.uninstall)
 
 
 def main(

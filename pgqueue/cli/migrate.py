@@ -1,16 +1,29 @@
-"""`pgqueue migrate`: create or update the schema, or print its SQL."""
+"""`pgqueue migrate`: create or update the schema, check whether it is current, or print
+its SQL."""
 
 from __future__ import annotations
 
 import click
 
 from pgqueue import db, migrate
-from pgqueue.cli._common import db_options, resolve_dsn
+from pgqueue.cli._common import db_options, fail, resolve_dsn
 
 
 @click.command("migrate")
 @db_options
-@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of running it.")
+@click.option(
+    "--sql", "print_sql", is_flag=True, help="Print the SQL that creates the whole schema."
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Run nothing: exit 0 when the schema is current, 1 when migrations are pending.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Run nothing: print the SQL of the migrations this database still needs.",
+)
 @click.option(
     "--lock-timeout",
     type=float,
@@ -18,12 +31,34 @@ from pgqueue.cli._common import db_options, resolve_dsn
     show_default=True,
     help="Seconds to wait for another migration (the migration lock) before giving up.",
 )
-def migrate_cmd(dsn: str | None, embedded: bool, print_sql: bool, lock_timeout: float) -> None:
+def migrate_cmd(
+    dsn: str | None,
+    embedded: bool,
+    print_sql: bool,
+    check: bool,
+    dry_run: bool,
+    lock_timeout: float,
+) -> int | None:
     """Create or update the pgqueue schema (idempotent)."""
+    if sum((print_sql, check, dry_run)) > 1:
+        fail("give at most one of --sql, --check and --dry-run")
     if print_sql:
         click.echo(migrate.upgrade_sql())
-        return
+        return None
     target = resolve_dsn(dsn, embedded)
+    if check or dry_run:
+        with db.connect(target) as conn:
+            found = migrate.current(conn)
+        pending = migrate.pending(found)
+        if check:
+            click.echo(migrate.describe(found, pending))
+            return 1 if pending else 0
+        if pending:
+            click.echo(migrate.upgrade_sql(found))
+        else:
+            click.echo(f"-- nothing to run: {migrate.describe(found, pending)}")
+        return None
     db.connect(target).close()
     migrate.upgrade(target, lock_timeout=lock_timeout)
     click.echo(f"pgqueue schema is at revision {migrate.head()}")
+    return None

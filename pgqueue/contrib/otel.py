@@ -127,6 +127,9 @@ class OtelTracing:
             propagate.inject(carrier)
             yield _Enqueue(span, json.dumps(carrier) if carrier else None)
 
+    def timed_out(self, held: Held, outcome: Outcome) -> None:
+        """Nothing more: the attempt's span records the outcome `none`."""
+
     @contextmanager
     def attempt(self, held: Held) -> Iterator[_Attempt]:
         row = held.row

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import ipaddress
 import resource
 import socket
@@ -146,14 +147,15 @@ def run(
     from pgqueue.dashboard.asgi import make_app
     from pgqueue.dashboard.core import Dashboard
 
+    # Bound before anything is printed: a port in use is one line (UserError), not a URL
+    # followed by uvicorn's own error.
+    sock = listening_socket(host, port)
+    port = int(sock.getsockname()[1])  # the port chosen, for --port 0
     # without a token, check_bind has let only a loopback address through
     hosts = Hosts.parse([*bound_name(host, port), *allowed_hosts])
     dashboard = make_app(Dashboard(app, read_only=read_only, token=token), hosts)
     waiting = waiting_limit()
-    shown = f"[{host}]" if ":" in host else host
-    mode = ", read-only" if read_only else ""
-    print(f"pgqueue dashboard on http://{shown}:{port}{root_path}/{mode}", file=sys.stderr)
-    uvicorn.run(
+    config = uvicorn.Config(
         dashboard,
         host=host,
         port=port,
@@ -165,3 +167,36 @@ def run(
         backlog=waiting,
         timeout_keep_alive=5,
     )
+    server = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    mode = ", read-only" if read_only else ""
+    print(f"pgqueue dashboard on http://{shown}:{port}{root_path}/{mode}", file=sys.stderr)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    if not server.started:
+        raise UserError("the dashboard did not start (see the lines above)")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), as uvicorn would bind it; a UserError if the
+    address cannot be bound (the port is in use, the address is not this machine's)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        hint = (
+            ": another process listens there; pick another --port"
+            if (exc.errno == errno.EADDRINUSE)
+            else ""
+        )
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot serve the dashboard on {host}:{port}: {reason}{hint}") from None
+    sock.set_inheritable(True)
+    return sock

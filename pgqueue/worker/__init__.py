@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import db
+from pgqueue import _logging, db
 from pgqueue.retention import DEFAULT_RETENTION, Retention
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
@@ -45,6 +45,7 @@ from pgqueue.worker.maintenance.stager import Stager
 from pgqueue.worker.maintenance.tally import TallyKeeper
 from pgqueue.worker.maintenance.worker_pruner import WorkerPruner
 from pgqueue.worker.notifications import Listener
+from pgqueue.worker.probes import Probes
 from pgqueue.worker.producer import Producer
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class Worker:
         self._pool: AsyncConnectionPool[Any] | None = None
         self.dsn = ""  # the DSN of its own connections (connection.worker_dsn), once running
         self.started = threading.Event()
+        self.probes = Probes()  # /healthz and /healthz/ready on the metrics port
 
     # -- public control -------------------------------------------------------------
 
@@ -169,7 +171,8 @@ class Worker:
     async def run_async(self, burst: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
-        metrics = queue_depth.serve(self.metrics_port, self.transitions)
+        _logging.install_run_fields()
+        metrics = queue_depth.serve(self.metrics_port, self.transitions, self.probes)
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).
         with shutdown.Signals(stop, self.grace, self.install_signal_handlers):
@@ -248,6 +251,7 @@ class Worker:
             {_attempt.attempt.__code__, _attempt.run_hook.__code__, Executor.execute.__code__},
         )
         watch.start()
+        self.probes.running(watch, self.lease_keeper, self.dsn)
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%.0fs",
             self.id,
@@ -262,6 +266,7 @@ class Worker:
                 await asyncio.wait_for(self.listener.connected.wait(), 10)
             self.started.set()
             await producer.run(burst)
+            self.probes.stopping = True
             await shutdown.drain(executor, self.completer, self.grace, self.stats)
         finally:
             await shutdown.cancel(background)

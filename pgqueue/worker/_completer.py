@@ -47,6 +47,8 @@ class Outcome:
     wait_since: datetime | None = None
     wait_run_id: int | None = None
     wake_at: datetime | None = None  # a durable wait's end, exactly (else now() + delay)
+    # the exception of a failed attempt, for app.tracing (error reporters); never written
+    exception: BaseException | None = None
 
 
 # Told, once an outcome is written (True) or fenced out (False): a future someone awaits,

@@ -83,6 +83,7 @@ def failure(
     tb = None
     if with_traceback and isinstance(exc, BaseException):
         tb = "".join(traceback.format_exception(exc))
+    cause = exc if isinstance(exc, BaseException) else None
     attempt, max_attempts = held.row.attempt, held.row.max_attempts
     if retry is not None and attempt < max_attempts:
         return Outcome(
@@ -93,8 +94,17 @@ def failure(
             error_kind=kind,
             traceback=tb,
             delay=retry.delay(attempt),
+            exception=cause,
         )
-    return Outcome(held.id, held.lease_token, FAILED, error=message, error_kind=kind, traceback=tb)
+    return Outcome(
+        held.id,
+        held.lease_token,
+        FAILED,
+        error=message,
+        error_kind=kind,
+        traceback=tb,
+        exception=cause,
+    )
 
 
 Arguments = tuple[Sequence[Any], Mapping[str, Any]]
@@ -322,6 +332,8 @@ def _expire(executor: Executor, held: Held, timeout: float) -> None:
         return
     exc = AttemptTimeout(timeout_message(timeout))
     outcome = failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
+    if executor.app.tracing is not None:
+        executor.app.tracing.timed_out(held, outcome)
     held.submitted = True
     held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
     held.stop()

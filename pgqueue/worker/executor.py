@@ -44,6 +44,7 @@ class Executor:
         transitions: Transitions,
     ) -> None:
         self.app = app
+        self.worker_id = worker_id
         self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
         self.stats = stats
         self.transitions = transitions
@@ -212,6 +213,8 @@ class Executor:
         outcome = _attempt.raised(held, self.app.tasks[held.row.task], timeout)
         if outcome is None:
             return
+        if self.app.tracing is not None:
+            self.app.tracing.timed_out(held, outcome)
         if self.permits.limited(held.row.queue):
             # written once the thread's permit is filed: a limited queue's claims never
             # see a moment where neither the run nor its thread holds it
@@ -234,7 +237,7 @@ class Executor:
             else:
                 kept.append(row)
                 continue
-            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row, self.worker_id))
             self.transitions.started(held)
             held.submitted = True
             message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"

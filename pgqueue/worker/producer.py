@@ -383,7 +383,7 @@ class Producer:
         execute = executor.execute
         executing = executor.executing
         for row in rows:
-            held = Held(row.id, row.lease_token, row, self.app.make_context(row))
+            held = Held(row.id, row.lease_token, row, self.app.make_context(row, self.worker_id))
             self.held.add(held)
             self.pickup_seconds.append(max(0.0, row.pickup_seconds))
             in_thread = threaded.get(row.task)

@@ -19,6 +19,8 @@ COMMANDS = {
     "prune": set(),
     "stats": set(),
     "demo": set(),
+    "health": set(),
+    "uninstall": set(),
 }
 
 

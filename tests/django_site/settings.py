@@ -62,6 +62,8 @@ if django.VERSION < (6,):
 PGQUEUE = {"APP": "tests.django_site.tasks:app"}
 TASKS = {"default": {"BACKEND": "pgqueue.contrib.django.PgQueueBackend"}}
 
+# DJANGO_DEBUG=1: Django's own LOGGING prints `django.*` records to the console.
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
 SECRET_KEY = "tests-only"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.db import connections
 
 import pgqueue
@@ -36,3 +39,16 @@ def note(text: str) -> str:
 @task()
 def shout(text: str) -> str:
     return text.upper()
+
+
+@task()
+def chatty(text: str) -> str:
+    """Logs on a logger that Django's own LOGGING handles (`django.*`)."""
+    logging.getLogger("django.tasks").info("chatty says %s", text)
+    return text
+
+
+@task(takes_context=True)
+def whoami(context: Any) -> list[str]:
+    """The worker ids of this run's TaskResult, as its task sees them."""
+    return list(context.task_result.worker_ids)

@@ -22,6 +22,7 @@ import functools
 import inspect
 import re
 import traceback
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -158,12 +159,13 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
         except (ValueError, RunNotFound):
             raise TaskResultDoesNotExist(result_id) from None
         task = self._django_task(run)
+        recorded = app.run_errors(run.id)
         errors = [
             TaskError(
                 exception_class_path=_exception_path(e["traceback"] or e["message"]),
                 traceback=e["traceback"] or e["message"],
             )
-            for e in app.run_errors(run.id)
+            for e in recorded
             if e["kind"] != "retried"
         ]
         if run.state == RunState.CANCELED:
@@ -185,7 +187,9 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
             kwargs=run.kwargs,
             backend=self.alias,
             errors=errors,
-            worker_ids=[str(run.worker_id or "pgqueue")] * run.attempt,
+            worker_ids=_worker_ids(
+                run.attempt, recorded, run.worker_id if run.state == RunState.RUNNING else None
+            ),
         )
         object.__setattr__(result, "_return_value", run.result)
         return result
@@ -248,8 +252,27 @@ def _runner(task: DjangoTask[Any, Any], alias: str) -> Any:
     return run
 
 
+# The worker of an attempt pgqueue keeps no record of: one that succeeded, once its run
+# has finished (TaskResult.attempts is len(worker_ids), so every attempt has an entry).
+UNRECORDED_WORKER = "pgqueue"
+
+
+def _worker_ids(
+    attempts: int, errors: list[dict[str, Any]], running: uuid.UUID | None
+) -> list[str]:
+    """The worker of each of a run's `attempts`, oldest first: the worker recorded with a
+    failed or expired attempt (pgqueue.run_errors), the worker of the attempt running
+    now, else UNRECORDED_WORKER."""
+    by_attempt = {e["attempt"]: str(e["worker_id"]) for e in errors if e["worker_id"]}
+    if running is not None:
+        by_attempt[attempts] = str(running)
+    return [by_attempt.get(n, UNRECORDED_WORKER) for n in range(1, attempts + 1)]
+
+
 def _running(task: DjangoTask[Any, Any], alias: str, ctx: Context) -> TaskResult[Any]:
     now = datetime.now(UTC)
+    # a first attempt (most runs) asks the database nothing
+    earlier = ctx._app.run_errors(ctx.run_id) if ctx.attempt > 1 and ctx._app else []
     return TaskResult(
         task=task,
         id=str(ctx.run_id),
@@ -262,7 +285,7 @@ def _running(task: DjangoTask[Any, Any], alias: str, ctx: Context) -> TaskResult
         kwargs=ctx.kwargs,
         backend=alias,
         errors=[],
-        worker_ids=["pgqueue"] * ctx.attempt,
+        worker_ids=_worker_ids(ctx.attempt, earlier, ctx.worker_id),
     )
 
 
