@@ -1,6 +1,6 @@
 """pgqueue: durable background jobs and workflows that live entirely in PostgreSQL."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from pgqueue._checks import ValidationError
 from pgqueue.app import App, QueueConfig

@@ -238,3 +238,16 @@ def test_the_pgqueue_code_of_the_celery_guide_runs(tmp_path: Path, empty_databas
     assert count("SELECT count(*) FROM pgqueue.runs WHERE run_at > now() + interval '50 s'") == 2
     schedule = "SELECT count(*) FROM pgqueue.schedules WHERE task = 'tasks.nightly_cleanup'"
     assert count(schedule) == 1
+
+
+def test_the_changelog_has_a_section_for_this_version() -> None:
+    """A release's version (pgqueue.__version__, the one place it is written) has its
+    section in CHANGELOG.md, with what changed and what an upgrade needs."""
+    import pgqueue
+
+    text = (ROOT / "CHANGELOG.md").read_text()
+    section = re.search(
+        rf"^## {re.escape(pgqueue.__version__)}\n(.*?)(?=^## |\Z)", text, re.M | re.S
+    )
+    assert section, f"CHANGELOG.md has no section for {pgqueue.__version__}"
+    assert "### Upgrade notes" in section[1] or pgqueue.__version__ == "0.1.0"
