@@ -41,11 +41,15 @@ class Private(Node):
 
 @contextlib.contextmanager
 def private_server(
-    base: Path | None = None, listen: str = "127.0.0.1", settings: dict[str, str] | None = None
+    base: Path | None = None,
+    listen: str = "127.0.0.1",
+    settings: dict[str, str] | None = None,
+    initdb: tuple[str, ...] = (),
 ) -> Iterator[Private]:
     """A started server whose data directory is `base`/data (`base`: a fresh temporary
     directory unless given, e.g. a mount point), listening on `listen` and 127.0.0.1;
-    stopped (and a temporary `base` removed) on exit."""
+    stopped (and a temporary `base` removed) on exit. `initdb`: more arguments for
+    initdb (e.g. --waldir)."""
     pg = _bin()
     owned = base is None
     root = Path(tempfile.mkdtemp(prefix="pgq-private-")) if base is None else base
@@ -54,7 +58,9 @@ def private_server(
     node.host = listen
     try:
         pg.initdb(
-            ["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=node.pgdata, user=user
+            ["--auth=trust", "--encoding=utf8", "-U", "postgres", *initdb],
+            pgdata=node.pgdata,
+            user=user,
         )
         conf = {
             "listen_addresses": f"'{listen},127.0.0.1'" if listen != "127.0.0.1" else "'127.0.0.1'",
