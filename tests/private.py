@@ -45,11 +45,13 @@ def private_server(
     listen: str = "127.0.0.1",
     settings: dict[str, str] | None = None,
     initdb: tuple[str, ...] = (),
+    trust: str | None = None,
 ) -> Iterator[Private]:
     """A started server whose data directory is `base`/data (`base`: a fresh temporary
     directory unless given, e.g. a mount point), listening on `listen` and 127.0.0.1;
     stopped (and a temporary `base` removed) on exit. `initdb`: more arguments for
-    initdb (e.g. --waldir)."""
+    initdb (e.g. --waldir). `trust`: a network (CIDR) whose clients connect without a
+    password, as 127.0.0.1's do."""
     pg = _bin()
     owned = base is None
     root = Path(tempfile.mkdtemp(prefix="pgq-private-")) if base is None else base
@@ -72,6 +74,9 @@ def private_server(
         with open(node.pgdata / "postgresql.auto.conf", "a") as f:
             for key, value in conf.items():
                 f.write(f"{key} = {value}\n")
+        if trust is not None:
+            with open(node.pgdata / "pg_hba.conf", "a") as f:
+                f.write(f"host all all {trust} trust\n")
         node.start()
         yield node
     except BaseException:
