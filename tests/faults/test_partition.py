@@ -8,6 +8,10 @@ and it logs that it lost them, and it serves again
 without a restart: with the second worker stopped, it finishes a new run. The history
 checker (tests/history) finds no violation over the whole history, and counts five
 re-executions, one per run the partition took from the first worker.
+
+The same scenario with the cut-off worker running the broken variant of complete.sql
+without its fence (tests/history/variants.py, no-fence) must make the checker report a
+violation: its late outcomes overwrite the rescuer's.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pgqueue
 from tests.chaos import app as chaos
 from tests.faults.netns import HOST_ADDRESS, NETWORK, partitioned
 from tests.helpers import WorkerProcess, scalar, wait_until
-from tests.history import Started, check, collect, report
+from tests.history import Started, check, collect, report, variants
 from tests.private import private_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -56,7 +60,8 @@ def executions(dsn: str, pid: int, ended: bool = False) -> int:
     return int(scalar(dsn, query + (" AND ended IS NOT NULL" if ended else ""), (pid,)))
 
 
-def test_a_partitioned_worker_is_fenced_out_and_serves_again() -> None:
+@pytest.mark.parametrize("variant", [None, "no-fence"])
+def test_a_partitioned_worker_is_fenced_out_and_serves_again(variant: str | None) -> None:
     with (
         partitioned() as link,
         private_server(listen=HOST_ADDRESS, trust=NETWORK) as server,
@@ -77,7 +82,15 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again() -> None:
             return run_id
 
         cut_off = stack.enter_context(
-            WorkerProcess(inside, APP, *OPTIONS, "--log-level", "INFO", prefix=link.exec_prefix())
+            WorkerProcess(
+                inside,
+                APP,
+                *OPTIONS,
+                "--log-level",
+                "INFO",
+                prefix=link.exec_prefix(),
+                env={variants.ENV: variant} if variant else {},
+            )
         ).wait_ready()
         ids = [enqueue(f"p{i}", BODY_SECONDS) for i in range(RUNS)]
         wait_until(
@@ -133,6 +146,10 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again() -> None:
         print(f"re-executions: {reexecuted}")
         lines = [line for line in log.splitlines() if re.search(r"run \d+ ", line)]
         print("the cut-off worker's log:", *lines, sep="\n  ")
+        if variant is not None:
+            assert "violation" in report(violations, history)
+            assert {v.invariant for v in violations} & {"fence", "terminal"}, violations
+            return
         assert not violations, report(violations, history)
         assert reexecuted == RUNS
         for run_id in ids:
