@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.faults.conftest import need_root
+from tests.faults.machine import need_root
 
 # 10.213.47.0/30: the host end .1, the namespace end .2; no route anywhere else.
 HOST_ADDRESS = "10.213.47.1"

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import pgqueue
-from tests.faults.conftest import fill, tmpfs
+from tests.faults.machine import fill, tmpfs
 from tests.helpers import InProcessWorker, scalar, wait_until
 from tests.private import private_server
 from tests.replication import server_user

@@ -1,6 +1,7 @@
 """A network partition (issue 47, point 4): a `pgqueue worker` in a network namespace of
 its own (tests/faults/netns.py) reaches a private server through a veth pair, and only
-it. It claims five runs whose bodies take 6 s; the link is cut while they run. Their
+it. It claims five runs whose bodies take 6 s (tests/faults/partition_app.py: they end
+without the database); the link is cut while they run. Their
 leases (3 s) expire, a second worker on the host rescues them and runs them to the end.
 The link comes back: the cut-off worker's bodies have finished, its outcomes are fenced
 out (rejected: the runs are finished) or its lease keeper finds the leases lost first,
@@ -17,9 +18,11 @@ violation: its late outcomes overwrite the rescuer's.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import signal
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -27,6 +30,7 @@ from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from tests.chaos import app as chaos
+from tests.faults import partition_app
 from tests.faults.netns import HOST_ADDRESS, NETWORK, partitioned
 from tests.helpers import WorkerProcess, scalar, wait_until
 from tests.history import Started, check, collect, report, variants
@@ -34,7 +38,7 @@ from tests.private import private_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-APP = "tests.chaos.app:app"
+APP = "tests.faults.partition_app:app"
 RUNS = 5
 BODY_SECONDS = 6.0
 OPTIONS = ("--queues", "chaos", "--concurrency", str(RUNS), "--lease-seconds", "3")
@@ -55,13 +59,25 @@ def states(dsn: str, ids: list[int]) -> list[str]:
     return [scalar(dsn, "SELECT state FROM pgqueue.runs WHERE id = %s", (i,)) for i in ids]
 
 
-def executions(dsn: str, pid: int, ended: bool = False) -> int:
-    query = "SELECT count(*) FROM chaos_exec WHERE pid = %s"
-    return int(scalar(dsn, query + (" AND ended IS NOT NULL" if ended else ""), (pid,)))
+def executions(dsn: str, pid: int) -> int:
+    return int(scalar(dsn, "SELECT count(*) FROM chaos_exec WHERE pid = %s", (pid,)))
+
+
+def ended(path: Path, pid: int, dsn: str) -> int:
+    """Executions of worker `pid` whose body ended (partition_app records it locally)."""
+    ids = [json.loads(line)["exec_id"] for line in path.read_text().splitlines() if line]
+    query = "SELECT count(*) FROM chaos_exec WHERE pid = %s AND exec_id = ANY(%s::uuid[])"
+    return int(scalar(dsn, query, (pid, ids)))
 
 
 @pytest.mark.parametrize("variant", [None, "no-fence"])
-def test_a_partitioned_worker_is_fenced_out_and_serves_again(variant: str | None) -> None:
+def test_a_partitioned_worker_is_fenced_out_and_serves_again(
+    variant: str | None, tmp_path: Path
+) -> None:
+    ends = tmp_path / "ends.jsonl"
+    ends.touch()
+    ends.chmod(0o666)
+    env = {partition_app.ENDS: str(ends)}
     with (
         partitioned() as link,
         private_server(listen=HOST_ADDRESS, trust=NETWORK) as server,
@@ -89,7 +105,7 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again(variant: str | None
                 "--log-level",
                 "INFO",
                 prefix=link.exec_prefix(),
-                env={variants.ENV: variant} if variant else {},
+                env=env | ({variants.ENV: variant} if variant else {}),
             )
         ).wait_ready()
         ids = [enqueue(f"p{i}", BODY_SECONDS) for i in range(RUNS)]
@@ -101,28 +117,21 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again(variant: str | None
 
         link.cut()
         cut_at = time.monotonic()
-        rescuer = stack.enter_context(WorkerProcess(dsn, APP, *OPTIONS)).wait_ready()
+        rescuer = stack.enter_context(WorkerProcess(dsn, APP, *OPTIONS, env=env)).wait_ready()
         wait_until(
             lambda: states(dsn, ids) == ["succeeded"] * RUNS,
             60,
             0.1,
             message="the host's worker to rescue and finish the runs",
         )
+        # the cut-off worker's bodies ended too (at 6 s), their outcomes held by its completer
+        wait_until(lambda: ended(ends, cut_off.pid, dsn) == RUNS, 20, message="its bodies")
         partition = time.monotonic() - cut_at
-        assert executions(dsn, cut_off.pid, ended=True) == 0  # it could not say so yet
-        assert executions(dsn, rescuer.pid, ended=True) == RUNS
+        assert ended(ends, rescuer.pid, dsn) == RUNS
 
         link.restore()
         rescuer.signal(signal.SIGTERM)
         assert rescuer.wait(30) == 0
-        # Its bodies ended during the partition; their records (retried by the task app)
-        # get through once TCP retransmits again.
-        wait_until(
-            lambda: executions(dsn, cut_off.pid, ended=True) == RUNS,
-            120,
-            0.2,
-            message="the cut-off worker to reach the database again",
-        )
         after = enqueue("after", 0.2)
         wait_until(
             lambda: states(dsn, [after]) == ["succeeded"],
@@ -134,6 +143,7 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again(variant: str | None
         cut_off.signal(signal.SIGTERM)
         assert cut_off.wait(30) == 0
         log = cut_off.output()
+        partition_app.copy_ends(dsn, str(ends))
 
         history = collect.read(dsn, {"chaos": (None, None)}, acknowledged)
         violations = check(history)
