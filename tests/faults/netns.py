@@ -16,11 +16,9 @@ import pytest
 
 from tests.faults.machine import need_root
 
-# 10.213.47.0/30: the host end .1, the namespace end .2; no route anywhere else.
-HOST_ADDRESS = "10.213.47.1"
-INSIDE_ADDRESS = "10.213.47.2"
+# 10.213.N.0/30, N from the test process's pid (two test runs at once rarely share it):
+# the host end .1, the namespace end .2; no route anywhere else.
 PREFIX = 30
-NETWORK = f"10.213.47.0/{PREFIX}"
 
 
 def ip(*args: str) -> None:
@@ -31,6 +29,19 @@ def ip(*args: str) -> None:
 class Link:
     namespace: str
     host_end: str
+    subnet: str  # 10.213.N
+
+    @property
+    def host_address(self) -> str:
+        return f"{self.subnet}.1"
+
+    @property
+    def inside_address(self) -> str:
+        return f"{self.subnet}.2"
+
+    @property
+    def network(self) -> str:
+        return f"{self.subnet}.0/{PREFIX}"
 
     def exec_prefix(self) -> tuple[str, ...]:
         return ("ip", "netns", "exec", self.namespace)
@@ -50,16 +61,16 @@ def partitioned() -> Iterator[Link]:
             pytest.fail("CI needs ip: apt-get install iproute2 (see .ci/run)")
         pytest.skip("needs ip (iproute2)")
     tag = str(os.getpid() % 100000)
-    link = Link(namespace=f"pgq-part-{tag}", host_end=f"pgqh{tag}")
+    link = Link(f"pgq-part-{tag}", f"pgqh{tag}", f"10.213.{os.getpid() % 256}")
     inside = f"pgqn{tag}"
     ip("netns", "add", link.namespace)
     try:
         ip("link", "add", link.host_end, "type", "veth", "peer", "name", inside)
         ip("link", "set", inside, "netns", link.namespace)
-        ip("addr", "add", f"{HOST_ADDRESS}/{PREFIX}", "dev", link.host_end)
+        ip("addr", "add", f"{link.host_address}/{PREFIX}", "dev", link.host_end)
         ip("link", "set", link.host_end, "up")
         ns = ("netns", "exec", link.namespace, "ip")
-        ip(*ns, "addr", "add", f"{INSIDE_ADDRESS}/{PREFIX}", "dev", inside)
+        ip(*ns, "addr", "add", f"{link.inside_address}/{PREFIX}", "dev", inside)
         ip(*ns, "link", "set", inside, "up")
         ip(*ns, "link", "set", "lo", "up")
         yield link

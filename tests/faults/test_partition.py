@@ -31,7 +31,7 @@ from psycopg.conninfo import make_conninfo
 import pgqueue
 from tests.chaos import app as chaos
 from tests.faults import partition_app
-from tests.faults.netns import HOST_ADDRESS, NETWORK, partitioned
+from tests.faults.netns import partitioned
 from tests.helpers import WorkerProcess, scalar, wait_until
 from tests.history import Started, check, collect, report, variants
 from tests.private import private_server
@@ -80,7 +80,7 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again(
     env = {partition_app.ENDS: str(ends)}
     with (
         partitioned() as link,
-        private_server(listen=HOST_ADDRESS, trust=NETWORK) as server,
+        private_server(listen=link.host_address, trust=link.network) as server,
         contextlib.ExitStack() as stack,
     ):
         inside = server.database("partition")  # through the veth: the namespace's DSN
