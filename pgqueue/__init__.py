@@ -9,6 +9,7 @@ from pgqueue.context import Context, current
 from pgqueue.errors import (
     ChildFailed,
     ConfigError,
+    DatabaseFull,
     DatabaseUnavailable,
     InvalidArguments,
     LeaseLost,
@@ -39,6 +40,7 @@ __all__ = [
     "ChildFailed",
     "ConfigError",
     "Context",
+    "DatabaseFull",
     "DatabaseUnavailable",
     "InvalidArguments",
     "InvalidSchedule",

@@ -111,6 +111,8 @@ def describe(exc: BaseException) -> str:
             "mode between pgqueue and PostgreSQL? Use App(pooler='transaction'), "
             "PGQUEUE_POOLER=transaction or --pooler transaction"
         )
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return f"database out of disk space ({db.first_line(exc)}): free space on its server"
     if lost(exc):
         return f"connection lost ({db.first_line(exc)})"
     return f"database unavailable ({db.first_line(exc)})"

@@ -15,7 +15,13 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgqueue.errors import ConfigError, DatabaseUnavailable, NotMigrated, PermissionDenied
+from pgqueue.errors import (
+    ConfigError,
+    DatabaseFull,
+    DatabaseUnavailable,
+    NotMigrated,
+    PermissionDenied,
+)
 
 log = logging.getLogger("pgqueue")
 
@@ -361,8 +367,9 @@ def permission_denied(exc: BaseException, role: str | None) -> PermissionDenied:
 def translate_errors(
     conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
 ) -> Iterator[None]:
-    """Turn 'the schema is not there' into a NotMigrated that says what to run, and a
-    missing privilege into a PermissionDenied that names the role (`conn`'s user)."""
+    """Turn 'the schema is not there' into a NotMigrated that says what to run, a
+    missing privilege into a PermissionDenied that names the role (`conn`'s user), and a
+    full disk into a DatabaseFull."""
     try:
         yield
     except Exception as exc:
@@ -372,13 +379,23 @@ def translate_errors(
         raise friendly from None
 
 
+def database_full(exc: BaseException) -> DatabaseFull:
+    """The DatabaseFull for PostgreSQL's disk_full error `exc`."""
+    return DatabaseFull(
+        f"the database server is out of disk space ({first_line(exc)}): nothing was written; "
+        "free space on its data directory's filesystem and try again"
+    )
+
+
 def translated(
     exc: BaseException,
     conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
 ) -> Exception | None:
-    """translate_errors' answer for `exc`: the NotMigrated or PermissionDenied to raise
-    instead, or None to let it through (for callers that cannot afford a context
-    manager: App.connection)."""
+    """translate_errors' answer for `exc`: the NotMigrated, PermissionDenied or
+    DatabaseFull to raise instead, or None to let it through (for callers that cannot
+    afford a context manager: App.connection)."""
+    if isinstance(exc, pg_errors.DiskFull):
+        return database_full(exc)
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         role = conn.info.user if conn is not None and not conn.closed else None
         return permission_denied(exc, role)

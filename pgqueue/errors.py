@@ -25,6 +25,12 @@ class DatabaseUnavailable(ConfigError):
     over. Waits and worker duties treat it as an outage and try again."""
 
 
+class DatabaseFull(DatabaseUnavailable):
+    """The database server is out of disk space (PostgreSQL's disk_full, SQLSTATE 53100):
+    the statement failed and wrote nothing. Free space on the server's data directory;
+    worker duties treat it as an outage and retry until then."""
+
+
 class NotMigrated(UserError):
     """The database has no pgqueue schema, or an older one."""
 

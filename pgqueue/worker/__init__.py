@@ -29,6 +29,7 @@ from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
+from pgqueue.worker._service import Outage, quiet_pool_retries, use_outage
 from pgqueue.worker._transitions import Transitions
 from pgqueue.worker.defaults import ASYNC_CONCURRENCY as ASYNC_CONCURRENCY
 from pgqueue.worker.defaults import SYNC_CONCURRENCY as SYNC_CONCURRENCY
@@ -139,6 +140,7 @@ class Worker:
         self.dsn = ""  # the DSN of its own connections (connection.worker_dsn), once running
         self.started = threading.Event()
         self.probes = Probes()  # /healthz and /healthz/ready on the metrics port
+        self.outage = Outage()  # one "down" and one "back" line per outage, for every part
 
     # -- public control -------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
         _logging.install_run_fields()
+        use_outage(self.outage)  # the tasks and threads of its parts start from here
+        quiet_pool_retries()
         metrics = queue_depth.serve(self.metrics_port, self.transitions, self.probes)
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from pgqueue import _sql
 from pgqueue.states import RunState
-from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
+from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 
 if TYPE_CHECKING:
     from pgqueue.worker.attempt import Held
@@ -161,7 +161,7 @@ class Completer:
         failures = 0
         while True:
             try:
-                return await self._write(outcomes)
+                ids = await self._write(outcomes)
             except DB_ERRORS as exc:
                 # Keep the outcomes: they are written when the database is back, unless
                 # the leases expired meanwhile (then the fence rejects them and the runs
@@ -172,6 +172,9 @@ class Completer:
                 if left > 0:
                     delay = min(delay, max(self.RETRY_MIN, left / 3))
                 await asyncio.sleep(delay)
+            else:
+                reached("completer", failures)
+                return ids
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:
         params = complete_params(outcomes, self.worker_id)

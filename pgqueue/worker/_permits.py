@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from pgqueue import _sql
-from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
+from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 
 if TYPE_CHECKING:
     from pgqueue.worker.attempt import Held
@@ -65,6 +65,7 @@ class ZombiePermits:
             try:
                 async with self.pool.connection() as conn:
                     await conn.execute(_sql.query("hold_zombie_permit"), params)
+                reached("keeping a permit", failures - 1)
                 return
             except DB_ERRORS as exc:
                 await asyncio.sleep(outage_delay("keeping a permit", exc, failures))
@@ -95,6 +96,7 @@ class ZombiePermits:
                     await conn.execute(
                         _sql.query("release_zombie_permit"), {"lease_token": held.lease_token}
                     )
+                reached("returning a permit", failures)
                 return
             except DB_ERRORS as exc:
                 # the worker's row goes at exit, and its permits with it

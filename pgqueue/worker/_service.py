@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import threading
+import time
 from typing import Any, TypeAlias
 
 from psycopg_pool import AsyncConnectionPool
@@ -21,23 +24,118 @@ DB_ERRORS = _faults.UNAVAILABLE
 Pool: TypeAlias = AsyncConnectionPool[Any]
 
 
+class Outage:
+    """One worker's view of its database: reachable or not. Every part of a worker that
+    owns a connection (the claim loop, the completer, the listener, the lease keeper,
+    each maintenance duty) retries on its own; this is what they share, so that an
+    outage costs the log one WARNING when it starts and one INFO when it ends, per
+    worker, whatever the number of parts. Each retry is logged at DEBUG. Thread-safe:
+    the lease keeper reports from its own thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.down_since: float | None = None  # monotonic, while the database is down
+
+    def failed(self, what: str, exc: BaseException, delay: float) -> None:
+        """`what` failed with `exc` and retries in `delay` seconds."""
+        with self._lock:
+            first = self.down_since is None
+            if first:
+                self.down_since = time.monotonic()
+        if first:
+            log.warning(
+                "database down for this worker (%s: %s); its parts retry until it is back",
+                what,
+                _faults.describe(exc),
+            )
+        log.debug("%s: %s; retrying in %.1fs", what, _faults.describe(exc), delay)
+
+    def succeeded(self, what: str) -> None:
+        """`what` reached the database: an outage, if one was logged, is over."""
+        if self.down_since is None:  # the common case, without the lock
+            return
+        with self._lock:
+            since, self.down_since = self.down_since, None
+        if since is not None:
+            log.info(
+                "database back after %.1fs (%s reached it first)", time.monotonic() - since, what
+            )
+
+
+# The Outage of the worker whose parts run in this context: Worker.run_async sets it, the
+# tasks it starts inherit it, and the lease keeper's thread (a thread starts with an empty
+# context) adopts it. Parts run on their own report to a shared default.
+_OUTAGE: contextvars.ContextVar[Outage] = contextvars.ContextVar("pgqueue_outage")
+_DEFAULT = Outage()
+
+
+def outage() -> Outage:
+    """The Outage of the worker running in this context."""
+    return _OUTAGE.get(_DEFAULT)
+
+
+def use_outage(mine: Outage) -> None:
+    """On a worker's start (and in its threads): the parts started from this context
+    report to `mine`."""
+    _OUTAGE.set(mine)
+
+
+class _PoolRetries(logging.Filter):
+    """psycopg_pool logs a WARNING for each failed connection attempt of a pool, which
+    during an outage is one line per attempt per worker: for a worker's pool
+    (connection.open_pool names it pgqueue-worker-...), those go at DEBUG, or nowhere
+    unless psycopg.pool's logger is enabled for DEBUG; the worker's Outage says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (
+            record.levelno == logging.WARNING
+            and isinstance(args, tuple)
+            and args
+            and isinstance(args[0], str)
+            and args[0].startswith(WORKER_POOL_PREFIX)
+        ):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+WORKER_POOL_PREFIX = "pgqueue-worker-"
+_POOL_RETRIES = _PoolRetries()
+
+
+def quiet_pool_retries() -> None:
+    """Move psycopg_pool's connection retry warnings for worker pools to DEBUG (once per
+    process; adding the same filter again does nothing)."""
+    logging.getLogger("psycopg.pool").addFilter(_POOL_RETRIES)
+
+
 def outage_delay(
     what: str, exc: BaseException, failures: int, base: float = 0.1, cap: float = 5.0
 ) -> float:
-    """The one backoff for database errors: log what went wrong (a lost connection, a
-    protocol error, an unavailable database: pgqueue._faults.describe) and return how
-    long to wait before try `failures` + 1.
+    """The one backoff for database errors: report what went wrong (a lost connection, a
+    protocol error, an unavailable database: pgqueue._faults.describe) to the worker's
+    Outage and return how long to wait before try `failures` + 1.
 
     A first failure that lost its connection is retried at once: the pools hand out live
     connections only (pgqueue._pool), opening fresh ones if need be, so a killed
-    connection costs one retry, not an outage. Backoff, doubling from `base` up to `cap`,
-    starts only when the fresh connection fails too."""
+    connection costs one retry, not an outage (and no line above DEBUG). Backoff,
+    doubling from `base` up to `cap`, starts only when the fresh connection fails too,
+    and so does the outage."""
     if failures <= 1 and _faults.lost(exc):
-        log.info("%s: %s; retrying at once on a fresh connection", what, _faults.describe(exc))
+        log.debug("%s: %s; retrying at once on a fresh connection", what, _faults.describe(exc))
         return 0.0
     delay: float = min(cap, base * 2.0**failures)
-    log.warning("%s: %s; retrying in %.1fs", what, _faults.describe(exc), delay)
+    outage().failed(what, exc, delay)
     return delay
+
+
+def reached(what: str, failures: int) -> None:
+    """`what` succeeded after `failures` failed tries: tell the worker's Outage."""
+    if failures:
+        outage().succeeded(what)
 
 
 class Service:
@@ -56,6 +154,7 @@ class Service:
         while True:
             try:
                 delay = await self.tick()
+                reached(self.name, failures)
                 failures = 0
             except asyncio.CancelledError:
                 raise

@@ -16,6 +16,7 @@ from psycopg.types.json import set_json_loads
 
 from pgqueue import db
 from pgqueue._pool import AsyncCheckedPool
+from pgqueue.worker._service import WORKER_POOL_PREFIX
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -65,7 +66,7 @@ def open_pool(dsn: str, worker_id: UUID, pooler: str | None) -> AsyncCheckedPool
         timeout=5,
         reconnect_timeout=db.RECONNECT_TIMEOUT,
         open=False,
-        name=f"pgqueue-worker-{worker_id.hex[:8]}",
+        name=f"{WORKER_POOL_PREFIX}{worker_id.hex[:8]}",
         configure=configure_connection,
     )
 

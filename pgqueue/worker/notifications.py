@@ -48,7 +48,7 @@ import psycopg
 from psycopg import pq
 
 from pgqueue import _faults, _sql
-from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
+from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 
 if TYPE_CHECKING:
     from pgqueue.worker.attempt import Held
@@ -166,6 +166,7 @@ class Listener:
                     self._served = served_payloads(self.queues, conn.info.encoding)
                     self.backend_pid = conn.info.backend_pid
                     self.connected.set()
+                    reached("listener", failures)
                     failures = 0
                     self._look_at_everything()  # what was sent while we were not listening
                     await self._read(conn.pgconn)
@@ -312,6 +313,7 @@ class Listener:
                     log.exception("cancel check failed; retrying in %.1fs", delay)
                 await asyncio.sleep(delay)
                 continue
+            reached("cancel check", failures)
             failures = 0
             for h in held:
                 if h.id not in still:
@@ -330,7 +332,8 @@ class Listener:
             try:  # a limit changed or the queue was paused/resumed
                 await self.refresh_limits()
             except DB_ERRORS as exc:
-                log.warning("queue limits: %s; its own tick tries again", _faults.describe(exc))
+                # an outage: the limits' own duty reports it, and retries
+                log.debug("queue limits: %s; its own tick tries again", _faults.describe(exc))
             except Exception:
                 log.exception("queue limits: refresh failed; its own tick tries again")
             self.wake()

@@ -28,7 +28,7 @@ from uuid import UUID
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import semaphores
 from pgqueue.worker._claimed import Claimed
-from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay
+from pgqueue.worker._service import DB_ERRORS, Pool, outage, outage_delay
 from pgqueue.worker.attempt import Held
 from pgqueue.worker.connection import Undecodable
 
@@ -339,6 +339,7 @@ class Producer:
         undecodable = Undecodable.made
         async with self.pool.connection() as conn:
             rows = await self._fetch(conn, queue, limit)
+        outage().succeeded("claim")  # here, not in run(): a round may not reach the database
         return self._start(rows, undecodable)
 
     async def _fetch(self, conn: AsyncConnection[Any], queue: str, limit: int) -> list[Claimed]:

@@ -523,8 +523,8 @@ class Chaos:
         self.findings = Findings()
         self.late_notes: list[Callable[[Row], str]] = []
         self.log_patterns = (
-            "database unavailable",
-            "listener: database unavailable",
+            "database down",  # one line per worker and outage (pgqueue.worker._service.Outage)
+            "database back",
             "lease expired, rescued",
             *log_patterns,
         )

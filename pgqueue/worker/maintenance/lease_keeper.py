@@ -16,7 +16,7 @@ import psycopg
 
 from pgqueue import _faults, _sql, db
 from pgqueue.worker._claimed import Claimed
-from pgqueue.worker._service import DB_ERRORS, outage_delay
+from pgqueue.worker._service import DB_ERRORS, outage, outage_delay, reached, use_outage
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -72,6 +72,7 @@ class LeaseKeeper:
         # (monotonic) until when the leases renewed last are valid at least: the start of
         # the last renewal that committed plus the lease (leases claimed since hold longer)
         self.valid_until = time.monotonic() + lease_seconds
+        self._outage = outage()
         self._thread = threading.Thread(target=self._run, name="pgqueue-leases", daemon=True)
 
     def add(self, rows: Sequence[Claimed]) -> None:
@@ -87,6 +88,7 @@ class LeaseKeeper:
         """On the loop, whose held leases it renews."""
         self._loop = asyncio.get_running_loop()
         self.valid_until = time.monotonic() + self.lease_seconds
+        self._outage = outage()  # the worker's, which its thread reports to
         self._thread.start()
 
     def stop(self) -> None:
@@ -96,11 +98,13 @@ class LeaseKeeper:
             self._thread.join(5)
 
     def _run(self) -> None:
+        use_outage(self._outage)
         failures = 0
         delay = 0.0
         while not self._stopped.wait(delay):
             try:
                 delay = self.renew()
+                reached(self.name, failures)
                 failures = 0
             except DB_ERRORS as exc:
                 failures += 1
