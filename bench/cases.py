@@ -37,7 +37,7 @@ from bench.common import (
     worker_command,
 )
 from bench.raw_listener import CHANNEL as RAW_CHANNEL
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import Outcome
 from pgqueue.worker.semaphores import ClaimMarks
 

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgqueue import migrate
+from pgqueue.db import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SERVER = os.environ.get(

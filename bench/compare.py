@@ -97,7 +97,7 @@ from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from bench.common import DEFAULT_SERVER, ROOT, percentile, subprocess_env
-from pgqueue import migrate
+from pgqueue.db import migrate
 
 DSN_ENV = "PGQUEUE_CMP_DSN"
 UDP_ENV = "PGQUEUE_CMP_UDP"

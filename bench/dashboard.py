@@ -28,7 +28,7 @@ from typing import Any
 import pgqueue
 from bench.common import DEFAULT_SERVER, Scratch, vacuum_analyze
 from pgqueue.dashboard.core import Dashboard, Request
-from pgqueue.retention import fold_tally
+from pgqueue.ops.retention import fold_tally
 
 WORKERS = [f"00000000-0000-0000-0000-{i:012d}" for i in range(1, 11)]
 

@@ -5,7 +5,7 @@
 
 - the pure-Python parts of `Task.enqueue`, with timeit (best of 5 x 20,000): building and
   checking the row (`Task.make_row`), choosing the statement and its parameters
-  (`pgqueue._inserts.Insert`), making the handle;
+  (`pgqueue.enqueue.inserts.Insert`), making the handle;
 - bench.enqueue's bare statement and `Task.enqueue`'s (enqueue_run_plain.sql), 2,000 times
   each inside one transaction (a round trip and the execution, no commit flush) and 1,000
   times each in autocommit (plus the flush), with wall and client CPU (process_time) per
@@ -29,8 +29,8 @@ import psycopg
 from bench.common import DEFAULT_SERVER
 from bench.compare import PgqueueLib, pgq_noop
 from bench.enqueue import BARE
-from pgqueue import _inserts
-from pgqueue.tasks import NO_OPTIONS
+from pgqueue.enqueue import inserts as _inserts
+from pgqueue.tasks.task import NO_OPTIONS
 
 
 def _us(stmt: str, scope: dict[str, Any], n: int = 20000) -> float:

@@ -59,8 +59,8 @@ from bench.common import (
     worker_command,
     write_report,
 )
-from pgqueue import _sql
-from pgqueue._rates import parse_rate, rate_params
+from pgqueue.db import sql as _sql
+from pgqueue.tasks.rates import parse_rate, rate_params
 from pgqueue.worker.semaphores import ClaimMarks
 
 APP = "bench.feature_apps:app"

@@ -107,8 +107,8 @@ from bench.common import (
     worker_command,
     write_report,
 )
-from pgqueue import _sql
-from pgqueue.retention import parse_duration
+from pgqueue.db import sql as _sql
+from pgqueue.ops.retention import parse_duration
 from pgqueue.worker.semaphores import ClaimMarks
 
 QUEUE = apps.SYNC_QUEUE

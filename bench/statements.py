@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from bench import compare
-from pgqueue import embedded
+from pgqueue.db import embedded
 
 STATEMENTS = """
 SELECT s.query, s.calls, s.rows, s.total_exec_time, s.shared_blks_hit + s.shared_blks_read,

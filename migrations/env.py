@@ -5,8 +5,8 @@ import sqlalchemy
 from alembic import context
 from sqlalchemy.pool import NullPool
 
-from pgqueue import db
-from pgqueue.migrate import MIGRATION_LOCK
+from pgqueue.db import connect as db
+from pgqueue.db.migrate import MIGRATION_LOCK
 
 SCHEMA = "pgqueue"
 

@@ -2,10 +2,9 @@
 
 __version__ = "0.2.0"
 
-from pgqueue._checks import ValidationError
 from pgqueue.app import App, QueueConfig
-from pgqueue.batches import Batch, BatchState
-from pgqueue.context import Context, current
+from pgqueue.enqueue.batches import Batch, BatchState
+from pgqueue.enqueue.checks import ValidationError
 from pgqueue.errors import (
     ChildFailed,
     ConfigError,
@@ -26,12 +25,13 @@ from pgqueue.errors import (
     UnknownTask,
     UserError,
 )
-from pgqueue.retention import Retention
-from pgqueue.retry import RetryPolicy
-from pgqueue.runs import Run, RunHandle
-from pgqueue.schedules import InvalidSchedule, Schedule, UnknownSchedule
+from pgqueue.ops.retention import Retention
+from pgqueue.runs.handle import Run, RunHandle
+from pgqueue.schedules.schedule import InvalidSchedule, Schedule, UnknownSchedule
 from pgqueue.states import RunState, StepState
-from pgqueue.tasks import Task
+from pgqueue.tasks.retry import RetryPolicy
+from pgqueue.tasks.task import Task
+from pgqueue.workflows.context import Context, current
 
 __all__ = [
     "App",

@@ -8,7 +8,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from pgqueue.context import _CURRENT
+from pgqueue.workflows.context import _CURRENT
 
 # The LogRecord attributes a record made while a run executes carries (its task's code, its
 # hooks, whatever they call), from pgqueue.current(): the ContextVar the worker sets for

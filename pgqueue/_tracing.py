@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from pgqueue.runs import RunHandle
-    from pgqueue.tasks import RunRow
+    from pgqueue.runs.handle import RunHandle
+    from pgqueue.tasks.task import RunRow
     from pgqueue.worker._completer import Outcome
     from pgqueue.worker.attempt import Held
 

@@ -1,6 +1,6 @@
 """The asyncio half of App: a connection pool opened lazily on the running event loop, and
 async twins of the calls an asyncio program makes. Each twin runs the same SQL file and the
-same parameter and result logic as its sync call (pgqueue._inserts, runs.found_run); only
+same parameter and result logic as its sync call (pgqueue.enqueue.inserts, runs.found_run); only
 the awaiting differs."""
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgqueue import _inserts, _sql, batches, db
-from pgqueue._pool import AsyncCheckedPool, asettle
+from pgqueue.db import connect as db
+from pgqueue.db import sql as _sql
+from pgqueue.db.pool import AsyncCheckedPool, asettle
+from pgqueue.enqueue import batches
+from pgqueue.enqueue import inserts as _inserts
 from pgqueue.errors import ConfigError, UserError
-from pgqueue.runs import Run, RunHandle, check_run_id, found_run
-from pgqueue.tasks import RunBatch, RunRow
+from pgqueue.runs.handle import Run, RunHandle, check_run_id, found_run
+from pgqueue.tasks.task import RunBatch, RunRow
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -93,7 +96,7 @@ class AsyncApp:
             pooled = await pool.getconn()
         except PoolTimeout:
             raise db.pool_timeout(self._app().dsn) from None
-        # the pool's connection() without its context managers (see pgqueue._pool)
+        # the pool's connection() without its context managers (see pgqueue.db.pool)
         try:
             yield pooled
         except BaseException as exc:
@@ -187,7 +190,7 @@ async def _open(pool: AsyncConnectionPool[AsyncConn], dsn: str, pooler: str | No
     first = await db.aconnect(dsn, pooler=pooler, pin=False)
     await first.close()  # failed fast, in one line, on a bad DSN or server
     try:
-        # with its first connection ready (see pgqueue._pool.open_pool)
+        # with its first connection ready (see pgqueue.db.pool.open_pool)
         await pool.open(wait=True, timeout=db.POOL_TIMEOUT)
     except PoolTimeout:
         raise db.pool_timeout(dsn) from None

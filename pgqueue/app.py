@@ -14,19 +14,25 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from pgqueue import _enqueue, _inserts, _json, _pool, _registry, db, migrate
-from pgqueue import batches as _batches
-from pgqueue import schedules as _schedules
-from pgqueue._bulk import BulkActions
-from pgqueue._checks import check_name
-from pgqueue._operations import Operations
-from pgqueue._registry import LIMIT_MAX, QueueConfig
-from pgqueue._schedule_actions import ScheduleActions
 from pgqueue.aio import AsyncApp
-from pgqueue.context import Context
+from pgqueue.db import connect as db
+from pgqueue.db import migrate
+from pgqueue.db import payload as _json
+from pgqueue.db import pool as _pool
+from pgqueue.enqueue import batches as _batches
+from pgqueue.enqueue import by_name as _enqueue
+from pgqueue.enqueue import inserts as _inserts
+from pgqueue.enqueue.checks import check_name
 from pgqueue.errors import OutOfRange
-from pgqueue.runs import RunHandle
-from pgqueue.tasks import RunRow, Task
+from pgqueue.ops.bulk import BulkActions
+from pgqueue.ops.operations import Operations
+from pgqueue.runs.handle import RunHandle
+from pgqueue.schedules import schedule as _schedules
+from pgqueue.schedules.actions import ScheduleActions
+from pgqueue.tasks import registry as _registry
+from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig
+from pgqueue.tasks.task import RunRow, Task
+from pgqueue.workflows.context import Context
 
 if TYPE_CHECKING:
     from pgqueue._tracing import Tracing
@@ -64,7 +70,7 @@ SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
 class App(Operations, ScheduleActions, BulkActions, AsyncApp):
     """Registry of tasks and queues bound to one database.
 
-    A façade over small parts: the registry (pgqueue._registry), enqueues by name and
+    A façade over small parts: the registry (pgqueue.tasks.registry), enqueues by name and
     events (_enqueue), the calls of operators and inspection (mixed in from
     _operations; bulk ones from _bulk), of schedules (_schedule_actions), opening the
     pool (_pool), the async calls (pgqueue.aio). insert_runs and connection(), on every
@@ -175,7 +181,7 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
     @classmethod
     def embedded(cls, **kwargs: Any) -> App:
         """An App on the shared local embedded PostgreSQL (started if needed, migrated)."""
-        from pgqueue import embedded
+        from pgqueue.db import embedded
 
         app = cls(embedded.ensure_server(), **kwargs)
         app.migrate()
@@ -280,7 +286,7 @@ class App(Operations, ScheduleActions, BulkActions, AsyncApp):
             pooled = pool.getconn()
         except PoolTimeout:
             raise db.pool_timeout(self.dsn) from None
-        # the pool's connection() without its context managers (see pgqueue._pool)
+        # the pool's connection() without its context managers (see pgqueue.db.pool)
         try:
             yield pooled
         except BaseException as exc:

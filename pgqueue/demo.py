@@ -13,11 +13,12 @@ from typing import Any
 
 import click
 
-from pgqueue import _sql, db
 from pgqueue.app import App
-from pgqueue.context import Context, current
+from pgqueue.db import connect as db
+from pgqueue.db import sql as _sql
 from pgqueue.errors import RetryAfter
-from pgqueue.retry import RetryPolicy
+from pgqueue.tasks.retry import RetryPolicy
+from pgqueue.workflows.context import Context, current
 
 app = App(default_queue="demo")
 
@@ -81,7 +82,7 @@ def run(dsn: str | None, count: int) -> None:
     if dsn:
         dsn = db.check_dsn(dsn)
     else:
-        from pgqueue import embedded
+        from pgqueue.db import embedded
 
         dsn = embedded.ensure_server()
     app.configure(dsn=dsn)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pgqueue.runs import Run
+    from pgqueue.runs.handle import Run
 
 
 class PgQueueError(Exception):
@@ -80,7 +80,7 @@ class RetryAfter(Exception):
     """Raise from a task to run it again after `seconds` without using an attempt."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
-        from pgqueue._checks import MAX_SECONDS
+        from pgqueue.enqueue.checks import MAX_SECONDS
 
         # math.inf: no due time (the run stays scheduled at the latest due time, until
         # canceled); any other value must give a due time the database can store

@@ -29,13 +29,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgqueue import _json, _sql
 from pgqueue.app import App
-from pgqueue.context import _CURRENT, Context, call_as
+from pgqueue.db import payload as _json
+from pgqueue.db import sql as _sql
 from pgqueue.errors import UserError
-from pgqueue.runs import Run, RunHandle, outcome
+from pgqueue.runs.handle import Run, RunHandle, outcome
 from pgqueue.states import RunState
-from pgqueue.tasks import CONTEXT_ONLY, RunRow, Task
+from pgqueue.tasks.task import CONTEXT_ONLY, RunRow, Task
+from pgqueue.workflows.context import _CURRENT, Context, call_as
 
 __all__ = [
     "EagerRefused",

@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql import factories
 
 import pgqueue
-from pgqueue import migrate
+from pgqueue.db import migrate
 
 _embedded: Any = None
 _embedded_dir: str | None = None
@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
         host, port = params.get("host", "127.0.0.1"), params.get("port", 5432)
         user, password = params.get("user", "postgres"), params.get("password")
     else:
-        from pgqueue import embedded
+        from pgqueue.db import embedded
 
         _embedded_dir = tempfile.mkdtemp(prefix="pgqueue-test-")
         _embedded = embedded.start(Path(_embedded_dir) / "pg", keep_running=False)

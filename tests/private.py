@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.pgbouncer import free_port
 from tests.replication import Node, _bin, server_user
 

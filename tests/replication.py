@@ -33,7 +33,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.helpers import wait_until
 from tests.pgbouncer import free_port
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.errors import UserError
 from tests.apps import batched as flow
 from tests.apps.basic import EFFECTS_DDL

@@ -104,7 +104,7 @@ def test_progress_is_stored_throttled_and_shown(dsn: str, ctx_app: pgqueue.App) 
 
 
 def test_progress_of_a_stale_attempt_is_ignored(ctx_app: pgqueue.App, dsn: str) -> None:
-    from pgqueue._progress import Progress
+    from pgqueue.runs.progress import Progress
 
     h = tasks.slow.enqueue(60)
     with WorkerProcess(dsn, APP).wait_ready():

@@ -10,8 +10,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import _bulk, _sql
 from pgqueue.dashboard import data
+from pgqueue.db import sql as _sql
+from pgqueue.ops import bulk as _bulk
 
 
 @pytest.fixture

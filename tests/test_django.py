@@ -29,8 +29,8 @@ if importlib.util.find_spec("django.tasks") is None:  # before Django 6: the bac
 from psycopg.conninfo import conninfo_to_dict
 
 import pgqueue
-from pgqueue import migrate
-from pgqueue.runs import Run
+from pgqueue.db import migrate
+from pgqueue.runs.handle import Run
 from pgqueue.testing import drain
 from tests.helpers import ROOT, scalar, wait_until
 from tests.webapps import EXAMPLES, Databases, execute, run_command

@@ -281,7 +281,7 @@ def test_manage_py_migrate_creates_the_pgqueue_schema_unless_turned_off(
     """The Run model is unmanaged: Django's migration of it creates nothing, but its
     post_migrate runs pgqueue's migrations. PGQUEUE['MIGRATE'] = False leaves that to
     `manage.py pgqueue migrate`, and the system check says so."""
-    from pgqueue import migrate
+    from pgqueue.db import migrate
 
     databases, names = development
     write_suite(

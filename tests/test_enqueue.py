@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 
 @pytest.fixture
@@ -488,7 +488,7 @@ def test_arity_check_agrees_with_signature_bind() -> None:
     import inspect
     import itertools
 
-    from pgqueue.tasks import Arity
+    from pgqueue.tasks.task import Arity
 
     def f1(a: int, b: int = 1) -> None: ...
     def f2(a: int, /, b: int, *, c: int, d: int = 4) -> None: ...
@@ -547,8 +547,9 @@ def test_plain_batches_insert_what_the_general_statement_does(
 ) -> None:
     """enqueue_runs_plain.sql (an enqueue_many batch of [args, kwargs] only) writes the
     same rows and returns the same result row as enqueue_runs.sql given the same batch."""
-    from pgqueue import _inserts, _sql
-    from pgqueue.tasks import EnqueueOptions, RunBatch
+    from pgqueue.db import sql as _sql
+    from pgqueue.enqueue import inserts as _inserts
+    from pgqueue.tasks.task import EnqueueOptions, RunBatch
 
     app.set_limits("lim", concurrency=2, group_concurrency=None)
 
@@ -601,8 +602,8 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
     """enqueue_run_plain.sql (one run due now, without key, group, parent, headers or
     batch) writes the same row, flagged the same way, and answers the same (id, key) as
     enqueue_run.sql; every other single run takes the general statement."""
-    from pgqueue import _inserts
-    from pgqueue.tasks import EnqueueOptions
+    from pgqueue.enqueue import inserts as _inserts
+    from pgqueue.tasks.task import EnqueueOptions
 
     app.set_limits("lim", concurrency=2, group_concurrency=None)
 

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue.runs import RunHandle
+from pgqueue.runs.handle import RunHandle
 from pgqueue.worker.notifications import QUEUED, Listener
 from tests.helpers import InProcessWorker
 from tests.replication import replicated

@@ -15,7 +15,7 @@ pytest.importorskip("flask_sqlalchemy")
 
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.helpers import scalar
 from tests.webapps import EXAMPLES, Databases, run_command, sqlalchemy_url
 

@@ -15,8 +15,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
-from pgqueue import _sql, grants
 from pgqueue.cli import main
+from pgqueue.db import grants
+from pgqueue.db import sql as _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
 

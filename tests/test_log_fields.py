@@ -11,7 +11,7 @@ import pytest
 
 import pgqueue
 from pgqueue._logging import RUN_FIELDS, JsonFormatter
-from pgqueue.retry import RetryPolicy
+from pgqueue.tasks.retry import RetryPolicy
 from tests.helpers import InProcessWorker
 
 log = logging.getLogger("tests.log_fields")

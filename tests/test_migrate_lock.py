@@ -14,8 +14,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgqueue import migrate
 from pgqueue.cli import main
+from pgqueue.db import migrate
 from pgqueue.errors import UserError
 
 

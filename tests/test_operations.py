@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import pgqueue
-from pgqueue.retention import parse_duration
+from pgqueue.ops.retention import parse_duration
 from tests.helpers import InProcessWorker, WorkerProcess, free_port, scalar, wait_until
 from tests.sql.test_explain import plan, scans
 

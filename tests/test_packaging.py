@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.helpers import ROOT, scalar
 from tests.webapps import Databases
 

@@ -15,8 +15,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import pgqueue
-from pgqueue import schedules
-from pgqueue.schedules import due_ticks, next_ticks
+from pgqueue.schedules import schedule as schedules
+from pgqueue.schedules.schedule import due_ticks, next_ticks
 from pgqueue.worker.maintenance.scheduler import Scheduler
 from tests.helpers import InProcessWorker, WorkerProcess, scalar, wait_until
 

@@ -26,8 +26,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
-from pgqueue import db
 from pgqueue.cli import main
+from pgqueue.db import connect as db
 from pgqueue.worker.connection import worker_dsn
 from tests import pgbouncer
 from tests.apps import pinned

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import db
 from pgqueue.cli import main
+from pgqueue.db import connect as db
 
 SECRET = "s3cretpw"
 

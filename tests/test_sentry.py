@@ -14,7 +14,7 @@ from sentry_sdk.transport import Transport
 
 import pgqueue
 from pgqueue.contrib import sentry as pgqueue_sentry
-from pgqueue.retry import RetryPolicy
+from pgqueue.tasks.retry import RetryPolicy
 from tests.helpers import InProcessWorker, wait_until
 
 

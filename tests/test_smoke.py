@@ -8,7 +8,7 @@ import sys
 import psycopg
 
 import pgqueue
-from pgqueue import db
+from pgqueue.db import connect as db
 
 
 def test_enqueue_and_burst_worker(app: pgqueue.App) -> None:

@@ -16,8 +16,8 @@ import pytest
 from alembic import command
 
 import pgqueue
-from pgqueue import migrate
-from pgqueue.retry import RetryPolicy
+from pgqueue.db import migrate
+from pgqueue.tasks.retry import RetryPolicy
 from tests.cli.helpers import cli
 from tests.helpers import WorkerProcess, scalar, wait_until
 from tests.sql.test_migrations import database_at
@@ -120,7 +120,7 @@ def test_sleeps_retries_and_backoffs_past_the_bounds_are_refused_where_they_are_
 
 
 def test_ctx_sleep_until_refuses_a_time_outside_the_bounds() -> None:
-    from pgqueue.context import Context
+    from pgqueue.workflows.context import Context
 
     ctx = Context.__new__(Context)  # the check comes before any use of the run
     for when in (datetime(10000 - 1, 12, 31, 23, tzinfo=UTC), datetime(1900, 1, 1, tzinfo=UTC)):

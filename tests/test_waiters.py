@@ -1,4 +1,4 @@
-"""The waiters of a process share one connection (pgqueue._waiters): a thousand waits
+"""The waiters of a process share one connection (pgqueue.runs.waiters): a thousand waits
 cost no more connections than one, a finished run wakes its waiter by NOTIFY (not at the
 next poll), and a killed shared connection costs latency, never a result."""
 
@@ -15,7 +15,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import _waiters, db
+from pgqueue.db import connect as db
+from pgqueue.runs import waiters as _waiters
 from tests.helpers import InProcessWorker, scalar, wait_until
 
 WAITERS_APP = "pgqueue-test-waiters"

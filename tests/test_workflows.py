@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue._inspect import wait_text
+from pgqueue.ops.inspect import wait_text
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flows import app as flows_app
 from tests.helpers import WorkerProcess, scalar, wait_until

@@ -7,7 +7,7 @@ Revises: 0009
 
 from alembic import op
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 revision = "0010"
 down_revision = "0009"

@@ -7,7 +7,7 @@ Revises: 0013
 
 from alembic import op
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 revision = "0014"
 down_revision = "0013"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from alembic import op
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 revision = "0017"
 down_revision = "0016"

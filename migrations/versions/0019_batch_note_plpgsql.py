@@ -9,7 +9,7 @@ Revises: 0018
 
 from alembic import op
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 revision = "0019"
 down_revision = "0018"

@@ -11,7 +11,7 @@ from importlib import resources
 
 from alembic import op
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 revision = "0021"
 down_revision = "0020"

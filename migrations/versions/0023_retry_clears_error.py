@@ -8,7 +8,7 @@ Revises: 0022
 
 from alembic import op
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 revision = "0023"
 down_revision = "0022"

@@ -11,7 +11,6 @@ from typing import Any
 import click
 import psycopg
 
-from pgqueue import db
 from pgqueue.cli import (
     dashboard,
     enqueue,
@@ -26,6 +25,7 @@ from pgqueue.cli import (
     worker,
 )
 from pgqueue.cli._common import load_app, open_app
+from pgqueue.db import connect as db
 from pgqueue.errors import PgQueueError, RunNotFound, UserError
 
 __all__ = ["cli", "load_app", "main", "open_app"]

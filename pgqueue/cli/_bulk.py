@@ -1,5 +1,5 @@
 """The bulk forms of `pgqueue runs cancel|retry` and `pgqueue queues purge`: count what the
-filter reaches, say it, ask (unless --yes), then act in batches (pgqueue._bulk)."""
+filter reaches, say it, ask (unless --yes), then act in batches (pgqueue.ops.bulk)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 import click
 
-from pgqueue import _bulk, retention
 from pgqueue.app import App
 from pgqueue.cli._common import fail
+from pgqueue.ops import bulk as _bulk
+from pgqueue.ops import retention
 from pgqueue.states import STATES
 
 F = TypeVar("F", bound=Callable[..., Any])

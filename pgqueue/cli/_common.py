@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 import click
 
-from pgqueue import db
-from pgqueue._terminal import printable
 from pgqueue.app import App
+from pgqueue.db import connect as db
 from pgqueue.errors import UserError
+from pgqueue.runs.terminal import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,7 +50,7 @@ def resolve_dsn(dsn: str | None, embedded: bool) -> str:
     if dsn and embedded:
         fail("give either --dsn or --embedded, not both")
     if embedded:
-        from pgqueue import embedded as emb
+        from pgqueue.db import embedded as emb
 
         return emb.ensure_server()
     return db.resolve_dsn(dsn)

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from pgqueue import _sql
 from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, parse_json
+from pgqueue.db import sql as _sql
 
 
 @click.command()

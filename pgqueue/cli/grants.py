@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from pgqueue import db, grants, migrate
 from pgqueue.cli._common import db_options, fail, resolve_dsn
+from pgqueue.db import connect as db
+from pgqueue.db import grants, migrate
 
 
 @click.command("grants")

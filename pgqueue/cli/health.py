@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pgqueue import health as health_module
 from pgqueue.cli._common import db_options, echo_json, json_option, resolve_dsn
+from pgqueue.ops import health as health_module
 
 
 @click.command()

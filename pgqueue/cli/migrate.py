@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
-from pgqueue import db, migrate
 from pgqueue.cli._common import db_options, fail, resolve_dsn
+from pgqueue.db import connect as db
+from pgqueue.db import migrate
 
 
 @click.command("migrate")

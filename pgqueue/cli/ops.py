@@ -6,8 +6,9 @@ import time
 
 import click
 
-from pgqueue import db, retention
 from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, table
+from pgqueue.db import connect as db
+from pgqueue.ops import retention
 
 
 @click.command()
@@ -80,7 +81,7 @@ def prune(
 @json_option
 def stats(dsn: str | None, embedded: bool, watch: bool, interval: float, as_json: bool) -> None:
     """Queues, rates, latencies and live workers (pgqueue.queue_stats, workers_live)."""
-    from pgqueue import stats as stats_view
+    from pgqueue.ops import stats as stats_view
 
     app = open_app(dsn, embedded)
     try:

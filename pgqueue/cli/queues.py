@@ -6,10 +6,10 @@ from typing import Any
 
 import click
 
-from pgqueue._bulk import DEFAULT_BATCH, purge_filter
-from pgqueue._rates import KEEP, Keep
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
+from pgqueue.ops.bulk import DEFAULT_BATCH, purge_filter
+from pgqueue.tasks.rates import KEEP, Keep
 
 # The table fits a terminal of 120 columns; --json has every field by its own name.
 QUEUE_COLUMNS = [

@@ -7,8 +7,6 @@ from typing import Any
 
 import click
 
-from pgqueue._inspect import wait_text
-from pgqueue._terminal import printable, seconds_text
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import (
     cell,
@@ -20,6 +18,8 @@ from pgqueue.cli._common import (
     table,
     when,
 )
+from pgqueue.ops.inspect import wait_text
+from pgqueue.runs.terminal import printable, seconds_text
 from pgqueue.states import STATES
 
 

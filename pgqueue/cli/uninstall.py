@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
-from pgqueue import _sql, db, migrate
 from pgqueue.cli._common import db_options, fail, resolve_dsn
+from pgqueue.db import connect as db
+from pgqueue.db import migrate
+from pgqueue.db import sql as _sql
 
 
 @click.command()

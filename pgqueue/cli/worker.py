@@ -10,10 +10,11 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from pgqueue import _logging, retention
+from pgqueue import _logging
 from pgqueue.cli import _reload
 from pgqueue.cli._common import F, db_options, fail, open_app
 from pgqueue.errors import UserError
+from pgqueue.ops import retention
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2

@@ -35,8 +35,8 @@ from pgqueue.states import RunState
 
 if TYPE_CHECKING:
     from pgqueue.app import App
-    from pgqueue.runs import RunHandle
-    from pgqueue.tasks import RunRow
+    from pgqueue.runs.handle import RunHandle
+    from pgqueue.tasks.task import RunRow
     from pgqueue.worker._completer import Outcome
     from pgqueue.worker.attempt import Held
 

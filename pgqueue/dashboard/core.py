@@ -40,12 +40,12 @@ import psycopg
 from psycopg import pq
 from psycopg.types.json import set_json_loads
 
-from pgqueue import db
-from pgqueue._inspect import wait_text
 from pgqueue.app import App
 from pgqueue.dashboard import data
 from pgqueue.dashboard.formats import ago, clock, duration, json_default, number, pretty, quote
+from pgqueue.db import connect as db
 from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
+from pgqueue.ops.inspect import wait_text
 from pgqueue.states import STATES
 
 CSRF_COOKIE = "pgqueue_csrf"

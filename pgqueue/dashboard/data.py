@@ -12,10 +12,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgqueue import _bulk, _operator, _sql
-from pgqueue import schedules as _schedules
 from pgqueue.dashboard import why
+from pgqueue.db import sql as _sql
 from pgqueue.errors import RunNotFound, UserError
+from pgqueue.ops import bulk as _bulk
+from pgqueue.ops import operator as _operator
+from pgqueue.schedules import schedule as _schedules
 from pgqueue.states import FINISHED_STATES, STATES, RunState
 
 PAGE_SIZE = 50
@@ -341,7 +343,7 @@ def count_matching(conn: psycopg.Connection[Any], action: str, filt: RunFilter) 
 
 
 def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
-    """The dashboard's filter as a bulk action's (pgqueue._bulk, shared with the CLI and
+    """The dashboard's filter as a bulk action's (pgqueue.ops.bulk, shared with the CLI and
     App.cancel_where/retry_where). An empty filter means every run the action can reach,
     as the page's form says before it acts."""
     if filt.q is not None:

@@ -9,8 +9,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from pgqueue._terminal import seconds_text
 from pgqueue.dashboard import charts
+from pgqueue.runs.terminal import seconds_text
 
 
 def json_default(value: Any) -> Any:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pgqueue._rates import PERIOD_WORDS, Rate
 from pgqueue.states import RunState
+from pgqueue.tasks.rates import PERIOD_WORDS, Rate
 
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import _logging, db
-from pgqueue.retention import DEFAULT_RETENTION, Retention
+from pgqueue import _logging
+from pgqueue.db import connect as db
+from pgqueue.ops.retention import DEFAULT_RETENTION, Retention
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
 from pgqueue.worker._completer import Completer
@@ -51,7 +52,7 @@ from pgqueue.worker.producer import Producer
 
 if TYPE_CHECKING:
     from pgqueue.app import App
-    from pgqueue.metrics import WorkerMetrics
+    from pgqueue.ops.metrics import WorkerMetrics
 
 log = logging.getLogger("pgqueue.worker")
 

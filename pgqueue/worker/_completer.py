@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.states import RunState
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 

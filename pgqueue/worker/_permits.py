@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 
 if TYPE_CHECKING:

@@ -11,13 +11,13 @@ from typing import Any, TypeAlias
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import _faults
+from pgqueue.db import faults as _faults
 
 log = logging.getLogger("pgqueue.worker")
 
 # Errors that mean "the database is unreachable right now": retry, never crash. A standby
 # (read_only_sql_transaction) is one: during a failover it is promoted, or the DSN's
-# other host becomes reachable (pgqueue._faults.standby).
+# other host becomes reachable (pgqueue.db.faults.standby).
 DB_ERRORS = _faults.UNAVAILABLE
 
 # The worker's connection pool, which every duty on the event loop shares.
@@ -116,11 +116,11 @@ def outage_delay(
     what: str, exc: BaseException, failures: int, base: float = 0.1, cap: float = 5.0
 ) -> float:
     """The one backoff for database errors: report what went wrong (a lost connection, a
-    protocol error, an unavailable database: pgqueue._faults.describe) to the worker's
+    protocol error, an unavailable database: pgqueue.db.faults.describe) to the worker's
     Outage and return how long to wait before try `failures` + 1.
 
     A first failure that lost its connection is retried at once: the pools hand out live
-    connections only (pgqueue._pool), opening fresh ones if need be, so a killed
+    connections only (pgqueue.db.pool), opening fresh ones if need be, so a killed
     connection costs one retry, not an outage (and no line above DEBUG). Backoff,
     doubling from `base` up to `cap`, starts only when the fresh connection fails too,
     and so does the outage."""

@@ -13,7 +13,7 @@ from pgqueue.worker._completer import Outcome
 from pgqueue.worker.attempt import Held
 
 if TYPE_CHECKING:
-    from pgqueue.metrics import WorkerMetrics
+    from pgqueue.ops.metrics import WorkerMetrics
 
 log = logging.getLogger("pgqueue.worker")
 

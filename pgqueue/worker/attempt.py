@@ -12,16 +12,16 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import _json
-from pgqueue._checks import ValidationError
-from pgqueue.context import _CURRENT, Context, call_as
+from pgqueue.db import payload as _json
+from pgqueue.enqueue.checks import ValidationError
 from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
-from pgqueue.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.states import RunState
-from pgqueue.tasks import Task
+from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
+from pgqueue.tasks.task import Task
 from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._completer import Outcome
-from pgqueue.workflows import Durable, Suspend
+from pgqueue.workflows.context import _CURRENT, Context, call_as
+from pgqueue.workflows.durable import Durable, Suspend
 
 if TYPE_CHECKING:
     from pgqueue._tracing import Tracing

@@ -14,8 +14,8 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import set_json_loads
 
-from pgqueue import db
-from pgqueue._pool import AsyncCheckedPool
+from pgqueue.db import connect as db
+from pgqueue.db.pool import AsyncCheckedPool
 from pgqueue.worker._service import WORKER_POOL_PREFIX
 
 log = logging.getLogger("pgqueue.worker")

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import pq
 
-from pgqueue import _faults, _sql
+from pgqueue.db import faults as _faults
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 
 if TYPE_CHECKING:

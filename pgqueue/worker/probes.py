@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgqueue import db
+from pgqueue.db import connect as db
 
 if TYPE_CHECKING:
     from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper

@@ -9,9 +9,13 @@ import socket
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pgqueue import __version__, _sql, db, grants, migrate, schedules
-from pgqueue._rates import parse_rate, rate_params
+from pgqueue import __version__
+from pgqueue.db import connect as db
+from pgqueue.db import grants, migrate
+from pgqueue.db import sql as _sql
 from pgqueue.errors import PermissionDenied
+from pgqueue.schedules import schedule as schedules
+from pgqueue.tasks.rates import parse_rate, rate_params
 from pgqueue.worker._service import DB_ERRORS, Pool
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.numeric import Int2, Int8
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._claimed import Claimed, claimed_row
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Bulk cancel and retry (pgqueue._bulk, App.cancel_where/retry_where/purge_queue): the
+"""Bulk cancel and retry (pgqueue.ops.bulk, App.cancel_where/retry_where/purge_queue): the
 filters, the batches (one transaction each), the runs that existed when the action began,
 and a running run canceled as pgqueue.cancel() cancels it, in a real worker process."""
 
@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _bulk
+from pgqueue.ops import bulk as _bulk
 from tests.apps.basic import EFFECTS_DDL
 from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
 

@@ -1,4 +1,4 @@
-"""Faults on the wire (pgqueue._faults, pgqueue._pool): a connection the server killed
+"""Faults on the wire (pgqueue.db.faults, pgqueue.db.pool): a connection the server killed
 while it sat idle is known dead without a round trip and never handed out; errors are
 named for what they are."""
 
@@ -13,7 +13,9 @@ import pytest
 from psycopg import errors as pg_errors
 
 import pgqueue
-from pgqueue import _faults, _pool, db
+from pgqueue.db import connect as db
+from pgqueue.db import faults as _faults
+from pgqueue.db import pool as _pool
 from pgqueue.worker._service import outage_delay
 from tests.helpers import wait_until
 

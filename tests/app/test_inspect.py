@@ -1,4 +1,4 @@
-"""Inspection alone (pgqueue._inspect), on a connection to a real database: one run, runs
+"""Inspection alone (pgqueue.ops.inspect), on a connection to a real database: one run, runs
 by filter, and the summaries behind `pgqueue queues` and `pgqueue workers`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _inspect
+from pgqueue.ops import inspect as _inspect
 
 Conn = psycopg.Connection[Any]
 

@@ -1,4 +1,4 @@
-"""Operator actions alone (pgqueue._operator), on a connection to a real database: cancel,
+"""Operator actions alone (pgqueue.ops.operator), on a connection to a real database: cancel,
 retry, a queue's limits and pause, and the config notice workers listen for."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _inspect, _operator
+from pgqueue.ops import inspect as _inspect
+from pgqueue.ops import operator as _operator
 
 Conn = psycopg.Connection[Any]
 

@@ -1,11 +1,11 @@
-"""Rate limits as written ("100/m") and declared (app.queue): pgqueue._rates, no database."""
+"""Rate limits as written ("100/m") and declared (app.queue): pgqueue.tasks.rates, no database."""
 
 from __future__ import annotations
 
 import pytest
 
 import pgqueue
-from pgqueue._rates import Rate, parse_rate
+from pgqueue.tasks.rates import Rate, parse_rate
 
 
 @pytest.mark.parametrize(

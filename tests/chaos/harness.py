@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import migrate
+from pgqueue.db import migrate
 from pgqueue.errors import ConfigError
 from pgqueue.states import FINISHED_STATES
 from tests.chaos import app as chaos

@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import InProcessWorker, scalar
 

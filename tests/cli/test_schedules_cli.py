@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 import pgqueue
-from pgqueue import schedules
+from pgqueue.schedules import schedule as schedules
 from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import scalar
 from tests.test_schedules import fire_round

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.chaos import app as chaos
 from tests.faults.autofailover import formation
 from tests.helpers import WorkerProcess, scalar, wait_until

@@ -19,7 +19,7 @@ import sys
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import migrate
+from pgqueue.db import migrate
 from tests.history import scenarios, variants
 
 DATABASE = "pgqueue_history_check"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from tests.chaos.harness import Chaos
 from tests.history import scenarios, variants
 

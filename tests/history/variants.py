@@ -1,7 +1,7 @@
 """Deliberately broken variants of pgqueue's statements: proof that the history checker
 can fail. Test-only. A worker process of the chaos suite imports tests.chaos.app, which
 calls `install_from_env()`: with PGQUEUE_HISTORY_BREAK set to a variant's name, every
-later `pgqueue._sql.query(name)` of the statement it breaks returns the broken text.
+later `pgqueue.db.sql.query(name)` of the statement it breaks returns the broken text.
 
 Each variant is made from the statement's current text, and fails loudly if that text no
 longer has the shape it removes (a variant that silently changed nothing would prove
@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from typing import LiteralString, cast
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 ENV = "PGQUEUE_HISTORY_BREAK"
 
@@ -66,7 +66,7 @@ VARIANTS: dict[str, tuple[str, Callable[[str], str]]] = {
 
 
 def install(variant: str) -> None:
-    """From now on in this process, `pgqueue._sql.query` returns `variant`'s text for
+    """From now on in this process, `pgqueue.db.sql.query` returns `variant`'s text for
     the statement it breaks."""
     name, breaker = VARIANTS[variant]
     original = _sql.query

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from pgqueue.worker.connection import configure_connection, worker_dsn
 from tests.helpers import plan_nodes

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from tests.sql.test_explain import assert_uses, plan, plan_of, relation_scans
 
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql as psql
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from tests.helpers import wait_until
 

@@ -16,8 +16,8 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import migrate
 from pgqueue.cli import main
+from pgqueue.db import migrate
 
 
 def test_revision_files_form_the_chain_alembic_sees() -> None:

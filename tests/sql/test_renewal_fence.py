@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from tests.helpers import wait_until
 
 WORKER = "00000000-0000-0000-0000-000000000001"

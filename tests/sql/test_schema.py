@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 # The server's own rendering of each object, by its identity ("functions/NAME(args)",
 # "views/NAME"): a definition re-created from its file must render the same.

@@ -9,7 +9,7 @@ from pathlib import Path
 from psycopg import _queries
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 
 
 def test_every_statement_is_short_enough_for_psycopgs_cache() -> None:

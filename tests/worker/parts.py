@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._claimed import Claimed, claimed_row
 from pgqueue.worker.semaphores import ClaimMarks
 

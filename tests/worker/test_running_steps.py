@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
-from pgqueue._running_steps import RunningSteps
+from pgqueue.db import sql as _sql
 from pgqueue.errors import LeaseLost
-from pgqueue.workflows import Durable
+from pgqueue.workflows.durable import Durable
+from pgqueue.workflows.running_steps import RunningSteps
 from tests.helpers import wait_until
 from tests.worker.parts import FROM_FRONT
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.limits import app as limits_app
 from tests.apps.limits import overrun, overrun_hooked, span, stubborn

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
-from pgqueue.retention import Retention
+from pgqueue.db import sql as _sql
+from pgqueue.ops.retention import Retention
 from pgqueue.worker.maintenance.pruner import Pruner
 from pgqueue.worker.maintenance.tally import INTERVAL, TallyKeeper
 from tests.helpers import plan_nodes

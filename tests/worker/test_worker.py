@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from tests.helpers import InProcessWorker, wait_until
 from tests.worker.parts import FROM_FRONT

@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from pgqueue._inspect import wait_text
 from pgqueue.contrib.django import conf
 from pgqueue.contrib.django.models import Run
+from pgqueue.ops.inspect import wait_text
 
 
 @admin.register(Run)

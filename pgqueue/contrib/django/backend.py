@@ -30,7 +30,6 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from pgqueue.app import App
-from pgqueue.context import Context
 from pgqueue.contrib.django import conf
 from pgqueue.contrib.django._framework import (
     BaseTaskBackend,
@@ -47,9 +46,10 @@ from pgqueue.contrib.django._framework import (
 from pgqueue.contrib.django._framework import Task as DjangoTask
 from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
-from pgqueue.runs import Run, RunHandle
+from pgqueue.runs.handle import Run, RunHandle
 from pgqueue.states import RunState
-from pgqueue.tasks import CONTEXT_ONLY, BoundTask, Task
+from pgqueue.tasks.task import CONTEXT_ONLY, BoundTask, Task
+from pgqueue.workflows.context import Context
 
 STATUS: dict[str, Any] = {
     RunState.SCHEDULED: TaskResultStatus.READY,

@@ -9,9 +9,10 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from pgqueue import db, migrate
 from pgqueue.contrib.django import conf, schema
 from pgqueue.contrib.django.transactions import is_psycopg3
+from pgqueue.db import connect as db
+from pgqueue.db import migrate
 from pgqueue.errors import ConfigError
 
 

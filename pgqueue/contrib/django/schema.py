@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgqueue import migrate
 from pgqueue.contrib.django import conf
+from pgqueue.db import migrate
 
 
 def enabled() -> bool:

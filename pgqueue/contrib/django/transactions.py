@@ -17,8 +17,8 @@ import psycopg
 from django.db import connections, transaction
 
 from pgqueue.errors import PgQueueError
-from pgqueue.runs import RunHandle
-from pgqueue.tasks import BoundTask, RunRow, Task
+from pgqueue.runs.handle import RunHandle
+from pgqueue.tasks.task import BoundTask, RunRow, Task
 
 if TYPE_CHECKING:
     from pgqueue.app import App

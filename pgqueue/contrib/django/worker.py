@@ -16,7 +16,7 @@ from typing import TypeVar
 from django.db import close_old_connections
 
 from pgqueue.app import App
-from pgqueue.context import Context
+from pgqueue.workflows.context import Context
 
 R = TypeVar("R")
 

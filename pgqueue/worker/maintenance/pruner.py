@@ -9,7 +9,7 @@ import logging
 import random
 from datetime import timedelta
 
-from pgqueue.retention import Retention, prune_batches_step, prune_step
+from pgqueue.ops.retention import Retention, prune_batches_step, prune_step
 from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")

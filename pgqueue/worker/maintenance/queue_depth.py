@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import Pool, Service
 
 if TYPE_CHECKING:
-    from pgqueue.metrics import WorkerMetrics
+    from pgqueue.ops.metrics import WorkerMetrics
     from pgqueue.worker._transitions import Transitions
     from pgqueue.worker.probes import Probes
 
@@ -40,7 +40,7 @@ def serve(
     transitions count into them."""
     if port is None:
         return None
-    from pgqueue.metrics import WorkerMetrics
+    from pgqueue.ops.metrics import WorkerMetrics
 
     metrics = WorkerMetrics()
     metrics.serve(port, probes=probes)

@@ -4,7 +4,7 @@ NOTIFY pgqueue_config (notifications.Listener)."""
 
 from __future__ import annotations
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import Pool, Service
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")

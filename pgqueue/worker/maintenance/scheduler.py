@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from pgqueue import _sql
-from pgqueue.schedules import due_ticks, tick_key
+from pgqueue.db import sql as _sql
+from pgqueue.schedules.schedule import due_ticks, tick_key
 from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")

@@ -19,7 +19,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import Pool, Service
 
 log = logging.getLogger("pgqueue.worker")

@@ -6,8 +6,8 @@ the tally's mark row lets one fold at a time, and the others skip it."""
 
 from __future__ import annotations
 
-from pgqueue import _sql
-from pgqueue.retention import TALLY_LAG_SECONDS as LAG_SECONDS
+from pgqueue.db import sql as _sql
+from pgqueue.ops.retention import TALLY_LAG_SECONDS as LAG_SECONDS
 from pgqueue.worker._service import Pool, Service
 
 INTERVAL = 5.0  # a bucket's width: each round folds about one bucket

@@ -3,7 +3,7 @@ the rescuer's), every minute, from every worker."""
 
 from __future__ import annotations
 
-from pgqueue import _sql
+from pgqueue.db import sql as _sql
 from pgqueue.worker._service import Pool, Service
 
 INTERVAL = 60.0

@@ -1,0 +1,215 @@
+"""Schema migrations through alembic, with the version table in schema pgqueue."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from pgqueue.errors import NotMigrated, OutOfRange, PermissionDenied, UserError
+
+log = logging.getLogger("pgqueue")
+
+# The advisory lock that serialises migrations (migrations/env.py). Any constant works; it
+# only has to be the same for every pgqueue process.
+MIGRATION_LOCK = 7_364_203_911
+# How long a migration waits for that lock by default, in seconds.
+LOCK_TIMEOUT = 60.0
+
+# Who holds the migration lock: the advisory lock of a bigint key is stored as its high
+# and low 32 bits (classid, objid) with objsubid 1.
+_HOLDER = """
+SELECT a.pid, a.usename, a.application_name, a.backend_start
+  FROM pg_catalog.pg_locks l
+  JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+   AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                      WHERE datname = pg_catalog.current_database())
+   AND l.classid::bigint = %(key)s >> 32 AND l.objid::bigint = %(key)s & 4294967295
+ LIMIT 1
+"""
+
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic (and SQLAlchemy under it) cost about a second to import: they are imported only
+# to migrate. Checking the schema version needs just the revision files' names, which
+# follow the convention NNNN_name.py in one linear chain (tests/sql/test_migrations.py checks
+# that this agrees with alembic).
+
+
+@contextlib.contextmanager
+def _config(dsn: str | None, out: io.StringIO | None = None) -> Iterator[Config]:
+    from alembic.config import Config
+
+    with resources.as_file(resources.files("pgqueue.migrations")) as location:
+        cfg = Config(output_buffer=out) if out is not None else Config()
+        cfg.set_main_option("script_location", str(Path(location)))
+        cfg.attributes["dsn"] = dsn
+        yield cfg
+
+
+def head() -> str:
+    return revisions()[-1]
+
+
+def upgrade(dsn: str, lock_timeout: float = LOCK_TIMEOUT) -> None:
+    """Bring the schema to the newest revision. Safe to run again and concurrently: a
+    migration waits for another one's end, up to `lock_timeout` seconds, and then raises
+    a UserError naming the session that holds the migration lock."""
+    from alembic import command
+
+    if not 0 < lock_timeout <= 86400:
+        raise OutOfRange(
+            f"lock_timeout must be more than 0 and at most 86400 seconds, not {lock_timeout!r}"
+        )
+    with _config(dsn) as cfg:
+        cfg.attributes["lock_timeout"] = lock_timeout
+        try:
+            command.upgrade(cfg, "head")
+        except Exception as exc:
+            # SQLAlchemy wraps the driver's error as .orig
+            cause = getattr(exc, "orig", exc)
+            if isinstance(cause, pg_errors.InsufficientPrivilege):
+                raise _cannot_migrate(dsn, cause) from None
+            if isinstance(cause, pg_errors.LockNotAvailable):
+                raise _locked(dsn, lock_timeout) from None
+            raise
+
+
+def _locked(dsn: str, waited: float) -> UserError:
+    """The one-line error of a migration that did not get the migration lock in time."""
+    from pgqueue.db import connect as db
+
+    with db.connect(dsn) as conn:
+        row = conn.execute(_HOLDER, {"key": MIGRATION_LOCK}).fetchone()
+    if row is None:
+        holder = "a session that has let it go since"
+    else:
+        pid, user, application, since = row
+        holder = f"backend pid {pid} (user {user}, application_name {application or ''!r}"
+        # (the start is hidden from a role that may not see that session's details)
+        holder += f", connected since {since:%Y-%m-%d %H:%M:%S %Z})" if since else ")"
+    return UserError(
+        f"the migration lock (advisory lock {MIGRATION_LOCK}) is held by {holder}: not "
+        f"free within {waited:g}s. If that is another `pgqueue migrate`, wait for it and "
+        "run this again (or pass --lock-timeout SECONDS); otherwise end that session "
+        "(SELECT pg_terminate_backend(PID)) and run this again"
+    )
+
+
+def _cannot_migrate(dsn: str, exc: BaseException) -> PermissionDenied:
+    from pgqueue.db import connect as db
+
+    with db.connect(dsn) as conn:
+        role, database = conn.info.user, conn.info.dbname
+        try:
+            fresh = current(conn) is None
+        except pg_errors.InsufficientPrivilege:  # the schema exists, unreadable to role
+            fresh = False
+    if fresh:
+        return PermissionDenied(
+            f"role {role} cannot create schema pgqueue ({db.first_line(exc)}): migrate once "
+            f"as the database's owner, or GRANT CREATE ON DATABASE {database} TO {role}"
+        )
+    return PermissionDenied(
+        f"role {role} cannot migrate ({db.first_line(exc)}): only the owner of schema pgqueue "
+        "(the role that first ran `pgqueue migrate`) can; migrate as that role, or have it "
+        f"run `pgqueue grants {role} --as owner --apply`"
+    )
+
+
+def upgrade_sql(from_revision: str | None = None) -> str:
+    """The SQL a DBA would run to create the schema, or to update it from
+    `from_revision` (alembic offline mode)."""
+    from alembic import command
+
+    out = io.StringIO()
+    with _config(None, out) as cfg:
+        if from_revision is not None and from_revision not in revisions():
+            raise NotMigrated(
+                f"unknown pgqueue schema revision {from_revision!r}; "
+                f"known: {', '.join(revisions())}"
+            )
+        target = f"{from_revision}:head" if from_revision else "head"
+        command.upgrade(cfg, target, sql=True)
+    return out.getvalue()
+
+
+def revisions() -> list[str]:
+    """Every revision this pgqueue knows, oldest first."""
+    versions = resources.files("pgqueue.migrations").joinpath("versions")
+    return sorted(
+        p.name.split("_", 1)[0]
+        for p in versions.iterdir()
+        if p.name.endswith(".py") and p.name[:4].isdigit()
+    )
+
+
+def pending(found: str | None) -> list[str]:
+    """The revisions a schema at revision `found` (None: no schema) still needs, oldest
+    first; none when it is at head or newer than this pgqueue."""
+    known = revisions()
+    if found is None:
+        return known
+    if found not in known:
+        return []
+    return known[known.index(found) + 1 :]
+
+
+def describe(found: str | None, waiting: list[str]) -> str:
+    """One line: where the schema is and what `pgqueue migrate` would run."""
+    if found is None:
+        return (
+            f"no pgqueue schema: {len(waiting)} migrations pending ({waiting[0]} to "
+            f"{head()}); run `pgqueue migrate`"
+        )
+    if found not in revisions():
+        return f"the pgqueue schema (revision {found}) is newer than this pgqueue ({head()})"
+    if not waiting:
+        return f"the pgqueue schema is current (revision {found})"
+    what = waiting[0] if len(waiting) == 1 else f"{waiting[0]} to {waiting[-1]}"
+    return (
+        f"the pgqueue schema is at revision {found}: {len(waiting)} migration"
+        f"{'s' if len(waiting) > 1 else ''} pending ({what}); run `pgqueue migrate`"
+    )
+
+
+def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT version_num FROM pgqueue.alembic_version").fetchone()
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+        return None
+    return str(row[0]) if row else None
+
+
+def check(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Raise NotMigrated (one line, says what to do) unless the schema is at head. A schema
+    newer than this pgqueue (a rolling deploy: the new release migrated first) is accepted
+    with a warning, since migrations only add."""
+    found, wanted = current(conn), head()
+    if found == wanted:
+        return
+    if found is None:
+        raise NotMigrated("this database has no pgqueue schema: run `pgqueue migrate` first")
+    if found not in revisions():
+        log.warning(
+            "the pgqueue schema (revision %s) is newer than this pgqueue (%s): "
+            "upgrade pgqueue on this machine",
+            found,
+            wanted,
+        )
+        return
+    raise NotMigrated(
+        f"the pgqueue schema is at revision {found}, this pgqueue needs {wanted}: "
+        "run `pgqueue migrate`"
+    )

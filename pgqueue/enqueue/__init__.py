@@ -1,0 +1,3 @@
+"""The enqueue side: options and their encoding into rows, inserts, uniqueness, validation, batches
+and enqueues by name.
+"""

@@ -1,0 +1,240 @@
+"""The enqueue engine without its I/O, shared by App.insert_runs and its async twin: which
+statement inserts the rows and with what parameters, the lookup of idempotency keys that
+were already taken, and how the answers become RunHandles.
+
+- one run: sql/enqueue_run_plain.sql when it is due now and has none of the rarer options
+  (nearly every enqueue()), else sql/enqueue_run.sql (its ON CONFLICT costs nothing on one
+  row). Both answer a row per run inserted, not the batch statements' aggregated row;
+- several runs: one JSON document, sql/enqueue_runs.sql, or sql/enqueue_runs_keyed.sql when
+  some run has an idempotency key (ON CONFLICT makes every row a speculative insertion,
+  about 9% of the server's time per row, so batches without keys go without it);
+- runs with a unique key: sql/enqueue_unique.sql, a call of pgqueue.enqueue_unique()
+  (sql/functions/), which loops per run over the cases of a key in scope.
+Every statement but enqueue_run_plain.sql takes `batch_id`: the app.batch() the runs join
+(pgqueue.batches), or NULL, and `headers`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from pgqueue.db import sql as _sql
+from pgqueue.runs.handle import RunHandle
+from pgqueue.tasks.task import RunBatch, RunRow
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+# Values already checked: only the run's own fields (str, int, float, None) go through it.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+Found = Sequence[Any] | None  # (ids, keys) of the runs inserted, see Insert.found
+Existing = Sequence[Sequence[Any]]  # runs_by_idempotency_key.sql's (id, key) rows
+
+
+def _ids_keys(found: Found) -> tuple[list[int], list[str | None]]:
+    """The inserted runs' ids and keys, in id order (NULL arrays: nothing was inserted)."""
+    if found is None or found[0] is None:
+        return [], []
+    return found[0], found[1]
+
+
+class Insert:
+    """One insert_runs call: run `query` with `params` and fetch its one row, `found(row)`,
+    then `lookup(found)` if it returns a statement (keys that other runs held), then
+    `handles(found, existing)`."""
+
+    def __init__(
+        self,
+        app: App,
+        rows: Sequence[RunRow],
+        headers: str | None = None,
+        batch_id: int | None = None,
+    ) -> None:
+        self.app = app
+        self.rows = rows
+        plain = isinstance(rows, RunBatch)
+        self.unique = not plain and any(r.unique_key is not None for r in rows)
+        self.keyed = (
+            not plain and not self.unique and any(r.idempotency_key is not None for r in rows)
+        )
+        # a single-run statement: a row per run inserted (none for a key that was taken)
+        self.one = not plain and not self.unique and len(rows) == 1
+        bare = self.one and headers is None and batch_id is None and _plain(rows[0])
+        self.params: dict[str, Any]
+        if self.unique:
+            self.query = _sql.query("enqueue_unique")
+            self.params = {"runs": _unique_document(rows)}
+        elif bare:
+            self.query, self.params = _sql.query("enqueue_run_plain"), _plain_fields(rows[0])
+        else:
+            self.query, self.params = _statement(rows, self.keyed)
+        self.params["notify"] = app.notify
+        if not bare:
+            self.params["batch_id"] = batch_id
+            # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
+            # when the app is traced (pgqueue.contrib.otel), else NULL
+            self.params["headers"] = headers
+
+    def found(self, row: Sequence[Any] | None) -> Found:
+        """The statement's answer as (ids, keys), or for enqueue_unique.sql (ids,
+        created): the single-run statements' row (id, key, _) or none, the others' one
+        row (ids, keys, notified)."""
+        if self.one:
+            return ([], []) if row is None else ([row[0]], [row[1]])
+        return row
+
+    def lookup(self, found: Found) -> tuple[LiteralString, dict[str, Any]] | None:
+        """The query for the runs that already held a key (the insert skipped them)."""
+        if not self.keyed:
+            return None
+        created = {key for key in _ids_keys(found)[1] if key is not None}
+        missing = [
+            r.idempotency_key
+            for r in self.rows
+            if r.idempotency_key is not None and r.idempotency_key not in created
+        ]
+        if not missing:
+            return None
+        return _sql.query("runs_by_idempotency_key"), {"keys": missing}
+
+    def handles(self, found: Found, existing: Existing = ()) -> list[RunHandle]:
+        """A handle per row, in order. `found` holds the ids in id order, and the ids of a
+        statement's rows follow the rows' order. A run whose key was taken (by an earlier
+        run, or by an earlier row of this batch) gets the holder's id and created=False."""
+        app = self.app
+        if self.unique:
+            assert found is not None
+            return [
+                RunHandle(run_id, app, created=created)
+                for run_id, created in zip(found[0], found[1], strict=True)
+            ]
+        ids, keys = _ids_keys(found)
+        if not self.keyed:
+            return RunHandle.many(ids, app)
+        pairs = list(zip(ids, keys, strict=True))
+        by_key = {key: run_id for run_id, key in pairs if key is not None}
+        by_key.update({key: run_id for run_id, key in existing})
+        fresh = iter(run_id for run_id, key in pairs if key is None)
+        created_keys = {key for _, key in pairs if key is not None}
+        out = []
+        for r in self.rows:
+            if r.idempotency_key is None:
+                out.append(RunHandle(next(fresh), app))
+            else:
+                created = r.idempotency_key in created_keys
+                created_keys.discard(r.idempotency_key)
+                out.append(RunHandle(by_key[r.idempotency_key], app, created=created))
+        return out
+
+
+_NO_DEFAULTS: dict[str, Any] = dict.fromkeys(
+    (
+        "task",
+        "queue",
+        "priority",
+        "max_attempts",
+        "timeout_seconds",
+        "group_key",
+        "run_at",
+        "delay",
+        "parent_id",
+    )
+)
+
+
+def _statement(rows: Sequence[RunRow], keyed: bool) -> tuple[LiteralString, dict[str, Any]]:
+    if isinstance(rows, RunBatch):
+        # what its runs share, once; the document carries [args, kwargs(, group)] per run
+        shared = _fields(rows.shared)
+        del shared["args"], shared["kwargs"], shared["idempotency_key"]
+        name: LiteralString = "enqueue_runs_plain" if rows.plain else "enqueue_runs"
+        return _sql.query(name), {"runs": rows.document, **shared}
+    if len(rows) == 1:
+        return _sql.query("enqueue_run"), _fields(rows[0])
+    document = "[" + ",".join(_element(r) for r in rows) + "]"
+    query = _sql.query("enqueue_runs_keyed" if keyed else "enqueue_runs")
+    return query, {"runs": document, **_NO_DEFAULTS}
+
+
+def _plain_fields(row: RunRow) -> dict[str, Any]:
+    """The parameters of enqueue_run_plain.sql but `notify`: what every run has."""
+    return {
+        "task": row.task,
+        "queue": row.queue,
+        "priority": row.priority,
+        "args": row.args,
+        "kwargs": row.kwargs,
+        "max_attempts": row.max_attempts,
+        "timeout_seconds": row.timeout_seconds,
+    }
+
+
+def _fields(row: RunRow) -> dict[str, Any]:
+    """Those of enqueue_run.sql: the plain ones and the rarer options."""
+    fields = _plain_fields(row)
+    fields["group_key"] = row.group_key
+    fields["idempotency_key"] = row.idempotency_key
+    fields["run_at"] = row.run_at
+    fields["delay"] = row.delay
+    fields["parent_id"] = row.parent_id
+    return fields
+
+
+def _plain(row: RunRow) -> bool:
+    """Whether enqueue_run_plain.sql inserts this run: due now, no key, group or parent
+    (and, checked by the caller, no trace headers or batch)."""
+    return (
+        row.run_at is None
+        and row.delay is None
+        and row.group_key is None
+        and row.idempotency_key is None
+        and row.parent_id is None
+    )
+
+
+def _element(row: RunRow) -> str:
+    """A run as the batch statement's document element: args and kwargs are JSON already."""
+    rest = _ENCODER.encode(
+        [
+            row.group_key,
+            row.idempotency_key,
+            row.task,
+            row.queue,
+            row.priority,
+            row.max_attempts,
+            row.timeout_seconds,
+            None if row.run_at is None else row.run_at.isoformat(),
+            row.delay,
+            row.parent_id,
+        ]
+    )
+    return f"[{row.args},{row.kwargs},{rest[1:]}"
+
+
+def _unique_document(rows: Sequence[RunRow]) -> str:
+    """The runs as pgqueue.enqueue_unique() reads them: one JSON object per run."""
+    parts = []
+    for row in rows:
+        fields = _ENCODER.encode(
+            {
+                "task": row.task,
+                "queue": row.queue,
+                "priority": row.priority,
+                "max_attempts": row.max_attempts,
+                "timeout_seconds": row.timeout_seconds,
+                "group_key": row.group_key,
+                "idempotency_key": row.idempotency_key,
+                "run_at": None if row.run_at is None else row.run_at.isoformat(),
+                "delay": row.delay,
+                "parent_id": row.parent_id,
+                "unique_key": row.unique_key,
+                "unique_while": row.unique_while,
+                "unique_for": row.unique_for,
+                "replace": row.replace,
+            }
+        )
+        parts.append(f'{fields[:-1]},"args":{row.args},"kwargs":{row.kwargs}}}')
+    return "[" + ",".join(parts) + "]"

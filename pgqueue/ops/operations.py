@@ -1,0 +1,130 @@
+"""App's calls for operators and inspection (App inherits them): runs and their errors and
+steps, cancel and retry, queue limits and pauses, groups, workers, pruning history. Each
+opens one pooled connection and runs its query in pgqueue.ops.inspect, _operator or retention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+import psycopg
+
+from pgqueue.db import sql as _sql
+from pgqueue.enqueue.checks import check_name
+from pgqueue.ops import inspect as _inspect
+from pgqueue.ops import operator as _operator
+from pgqueue.ops import retention as _retention
+from pgqueue.runs.handle import Run
+from pgqueue.tasks import registry as _registry
+from pgqueue.tasks.rates import KEEP, Keep
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+
+class Operations:
+    """Mixed into App."""
+
+    def _app(self) -> App:
+        return cast("App", self)
+
+    def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
+        with self._app().connection(conn) as c:
+            return _inspect.get_run(c, run_id)
+
+    def list_runs(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        with self._app().connection() as c:
+            return _inspect.list_runs(c, state=state, queue=queue, task=task, limit=limit)
+
+    def run_errors(self, run_id: int) -> list[dict[str, Any]]:
+        with self._app().connection() as c:
+            return _inspect.rows(c, "run_errors", {"id": run_id})
+
+    def cancel(self, run_id: int, *, children: bool = False, reason: str | None = None) -> bool:
+        """Cancel a run that has not finished; a running one is told to stop, a waiting
+        parent is woken. `children=True` cancels its child runs too. `reason` (at most
+        1,000 bytes) is stored as the run's cancel_reason. Returns False if the run had
+        already finished."""
+        with self._app().connection() as c:
+            return _operator.cancel(c, run_id, children=children, reason=reason)
+
+    def run_steps(self, run_id: int) -> list[dict[str, Any]]:
+        with self._app().connection() as c:
+            return _inspect.rows(c, "run_steps", {"id": run_id})
+
+    def retry(self, run_id: int) -> bool:
+        """Queue a finished run again for one more attempt (recorded in run_errors).
+        Returns False if the run has not finished."""
+        with self._app().connection() as c:
+            return _operator.retry(c, run_id)
+
+    def set_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None,
+        group_concurrency: int | None,
+        rate_limit: str | Keep | None = KEEP,
+        group_rate_limit: str | Keep | None = KEEP,
+        ordered: bool | Keep = KEEP,
+    ) -> None:
+        """Change a queue's cluster-wide limits now (None: no limit); workers apply it to
+        their next claim. Rate limits and `ordered` not given keep their stored values. A
+        worker that starts with app.queue(...) declarations writes those back."""
+        name = check_name("queue", queue)
+        with self._app().connection() as c:
+            stored = _operator.flow_limits(c, name)
+            rate = stored["rate_limit"] if isinstance(rate_limit, Keep) else rate_limit
+            group_rate = (
+                stored["group_rate_limit"]
+                if isinstance(group_rate_limit, Keep)
+                else group_rate_limit
+            )
+            in_order = stored["ordered"] if isinstance(ordered, Keep) else ordered
+            _registry.check_limits(
+                queue, concurrency, group_concurrency, rate, group_rate, in_order
+            )
+            _operator.set_limits(
+                c, name, concurrency, group_concurrency, rate, group_rate, in_order
+            )
+
+    def groups(self, queue: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """The busiest groups (most running, then most queued), from pgqueue.groups."""
+        with self._app().connection() as c:
+            return _inspect.rows(c, "busiest_groups", {"queue": queue, "limit": limit})
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        with self._app().connection() as c:
+            _operator.set_paused(c, queue, paused)
+
+    def queue_summary(self) -> list[dict[str, Any]]:
+        with self._app().connection() as c, c.transaction():
+            c.execute(_sql.query("no_jit"))
+            return _inspect.rows(c, "queue_summary")
+
+    def list_workers(self) -> list[dict[str, Any]]:
+        with self._app().connection() as c:
+            return _inspect.rows(c, "list_workers")
+
+    def prune(
+        self,
+        older_than: timedelta | float,
+        *,
+        states: Sequence[str] = _retention.FINISHED_STATES,
+        events: bool = False,
+    ) -> dict[str, int]:
+        """Delete runs in `states` that finished more than `older_than` (seconds or a
+        timedelta) ago, with their steps and errors, and events created before then with
+        events=True; in batches. Workers do this on their own (Worker(retention=...)).
+        Returns how many rows went, by state (and "events")."""
+        age = older_than if isinstance(older_than, timedelta) else timedelta(seconds=older_than)
+        with self._app().connection() as c:
+            return _retention.prune(c, age, states=states, events=events)

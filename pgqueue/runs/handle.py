@@ -1,0 +1,221 @@
+"""Runs as Python sees them: the Run record and the RunHandle an enqueue returns."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.db import faults as _faults
+from pgqueue.db import sql as _sql
+from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
+from pgqueue.runs import waiters as _waiters
+from pgqueue.states import TERMINAL_STATES, RunState
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+PENDING: Any = object()  # outcome() of a run that has not finished
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    task: str
+    queue: str
+    state: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any
+    error: str | None
+    attempt: int
+    max_attempts: int
+    timeout_seconds: float | None
+    group_key: str | None
+    idempotency_key: str | None
+    parent_id: int | None
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: uuid.UUID | None
+    lease_expires_at: datetime | None
+    # {done, total, message, at} of the latest ctx.progress() report
+    progress: dict[str, Any] | None = None
+    cancel_reason: str | None = None  # app.cancel(id, reason=...)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["group_key"] = values["group_key"] or None  # '' is the default group
+        return cls(**values)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, uuid.UUID):
+                value = str(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """What enqueue returns: the run's id, and a way to wait for its outcome."""
+
+    id: int
+    app: App
+    created: bool = True
+
+    @classmethod
+    def many(cls, ids: Iterable[int], app: App) -> list[RunHandle]:
+        """Handles of freshly created runs, for a batch: the same objects the constructor
+        makes, without its three object.__setattr__ calls per handle (a frozen
+        dataclass's __init__), a third of what handing back a bulk enqueue cost."""
+        new = object.__new__
+        out: list[RunHandle] = []
+        append = out.append
+        for run_id in ids:
+            handle = new(cls)
+            values = handle.__dict__
+            values["id"] = run_id
+            values["app"] = app
+            append(handle)
+        return out
+
+    def get(self) -> Run:
+        return self.app.get_run(self.id)
+
+    async def get_async(self) -> Run:
+        return await self.app.get_run_async(self.id)
+
+    def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
+        TimeoutError. Woken by the process's shared listener (pgqueue.runs.waiters: one
+        connection for every waiter), which polls every poll_interval as a backstop. A
+        database that cannot answer for a while (a lost connection, a failover, a
+        standby) makes it look again every poll_interval until its timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        event, wake = _waiters.thread_waker()
+        waiters = _waiters.shared(self.app)
+        waiter = _waiters.Waiter(self.id, poll_interval, wake)
+        waiters.add(waiter)
+        watched = not self.app.listens  # nothing to ask for: no NOTIFY would come
+        try:
+            waiters.connected.wait(_waiters.CONNECT_WAIT)
+            while True:
+                event.clear()
+                state = "unknown: the database did not answer"
+                watched = watched or self._watch()
+                try:
+                    run = self.app.get_run(self.id)
+                    if (result := outcome(run)) is not PENDING:
+                        return result
+                    state = run.state
+                except _faults.UNAVAILABLE:
+                    pass  # looked at again after poll_interval
+                left = _left(deadline, timeout, state, self.id)
+                listened = watched and waiters.connected.is_set()
+                event.wait(left if listened else min(left, poll_interval))
+        finally:
+            waiters.remove(waiter)
+
+    async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        """wait() for asyncio code: the same shared listener, backstop poll and outcome."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        event, wake = _waiters.loop_waker()
+        waiters = _waiters.shared(self.app)
+        waiter = _waiters.Waiter(self.id, poll_interval, wake)
+        waiters.add(waiter)
+        watched = not self.app.listens
+        try:
+            if not waiters.connected.is_set():
+                await asyncio.to_thread(waiters.connected.wait, _waiters.CONNECT_WAIT)
+            while True:
+                event.clear()
+                state = "unknown: the database did not answer"
+                watched = watched or await self._watch_async()
+                try:
+                    run = await self.app.get_run_async(self.id)
+                    if (result := outcome(run)) is not PENDING:
+                        return result
+                    state = run.state
+                except _faults.UNAVAILABLE:
+                    pass
+                left = _left(deadline, timeout, state, self.id)
+                if not (watched and waiters.connected.is_set()):
+                    left = min(left, poll_interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), left)
+        finally:
+            waiters.remove(waiter)
+
+    def _watch(self) -> bool:
+        """Ask for a NOTIFY when the run ends (sql/watch_run.sql); False if the database
+        could not take it now (a standby, or no connection): the waiter polls meanwhile."""
+        try:
+            with self.app.connection() as conn:
+                conn.execute(_sql.query("watch_run"), {"id": self.id})
+        except _faults.UNAVAILABLE:
+            return False
+        return True
+
+    async def _watch_async(self) -> bool:
+        try:
+            async with self.app.async_connection() as conn:
+                await conn.execute(_sql.query("watch_run"), {"id": self.id})
+        except _faults.UNAVAILABLE:
+            return False
+        return True
+
+
+def _left(deadline: float | None, timeout: float | None, state: str, run_id: int) -> float:
+    """Seconds a waiter may still wait, or the TimeoutError of one that waited enough."""
+    if deadline is None:
+        return _FOREVER
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"run {run_id} still {state} after {timeout}s")
+    return left
+
+
+_FOREVER = 3600.0  # a wait without a deadline looks again at least this often
+
+
+def outcome(run: Run) -> Any:
+    """A finished run's result, or RunFailed / RunCanceled; PENDING if it has not finished."""
+    if run.state == RunState.SUCCEEDED:
+        return run.result
+    if run.state == RunState.FAILED:
+        raise RunFailed(run)
+    if run.state == RunState.CANCELED:
+        raise RunCanceled(run)
+    return PENDING
+
+
+def check_run_id(run_id: int) -> int:
+    """`run_id`, or RunNotFound if no run can have it (ids are bigints): the query would
+    otherwise look for a function of numeric and fail as if the schema were missing."""
+    if not -(2**63) <= run_id < 2**63:
+        raise RunNotFound(f"no run with id {run_id} (run ids are 64-bit integers)")
+    return run_id
+
+
+def found_run(run_id: int, row: dict[str, Any] | None) -> Run:
+    """The Run from get_run.sql's row, or RunNotFound."""
+    if row is None:
+        raise RunNotFound(f"no run with id {run_id} (it may have been pruned)")
+    return Run.from_row(row)

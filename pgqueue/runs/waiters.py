@@ -1,0 +1,211 @@
+"""The waiters of one process: every RunHandle.wait() and wait_async() of an App shares one
+connection, which LISTENs on pgqueue_done (a finished run's id, sent only for runs someone
+watches: sql/watch_run.sql) and polls, once per interval for all of them, which of the
+runs waited on have settled (sql/runs_settled.sql): a thousand waiters cost one
+connection, one LISTEN and one poll statement a second.
+
+A notification or a poll only wakes a waiter; the waiter reads its run itself (through
+the App's pool) and decides. While the shared connection is down, waiters poll their run
+themselves every poll_interval, so a lost connection costs latency, never a result. Through
+a pooler in transaction mode (App.listens is false) the connection only polls.
+
+The thread and its connection start with the first waiter and end once no one has waited
+for IDLE_EXIT seconds (or at App.close()).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from pgqueue.db import connect as db
+from pgqueue.db import faults as _faults
+from pgqueue.db import sql as _sql
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+log = logging.getLogger("pgqueue")
+
+CHANNEL = "pgqueue_done"
+IDLE_EXIT = 30.0  # seconds without a waiter after which the thread closes its connection
+POLL_MIN = 0.05  # seconds between two polls at least, whatever a waiter asks for
+CONNECT_WAIT = 2.0  # how long a new waiter waits for the shared LISTEN before it goes on
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One wait() or wait_async() in progress: `wake()` tells it to look (from any
+    thread)."""
+
+    run_id: int
+    poll_interval: float
+    wake: Callable[[], None]
+    since: float = field(default_factory=time.monotonic)
+
+
+def thread_waker() -> tuple[threading.Event, Callable[[], None]]:
+    event = threading.Event()
+    return event, event.set
+
+
+def loop_waker() -> tuple[asyncio.Event, Callable[[], None]]:
+    """An asyncio.Event of the running loop and a way to set it from another thread."""
+    event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(event.set)
+
+    return event, wake
+
+
+class Waiters:
+    """The shared listener of `app`'s waiters in this process (App.waiters())."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.pid = os.getpid()
+        self.connected = threading.Event()  # LISTEN (or, polling only, the connection) is up
+        self._lock = threading.Lock()
+        self._waiting: dict[int, set[Waiter]] = {}
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._idle_since = time.monotonic()
+
+    # -- the waiters' side ------------------------------------------------------------
+
+    def add(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiting.setdefault(waiter.run_id, set()).add(waiter)
+            if self._thread is None or not self._thread.is_alive():
+                self._closed.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="pgqueue-waiters", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, waiter: Waiter) -> None:
+        with self._lock:
+            found = self._waiting.get(waiter.run_id)
+            if found is not None:
+                found.discard(waiter)
+                if not found:
+                    del self._waiting[waiter.run_id]
+            if not self._waiting:
+                self._idle_since = time.monotonic()
+
+    def close(self) -> None:
+        """Stop the thread and close its connection (App.close)."""
+        self._closed.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    # -- the thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._closed.is_set() and not self._idle():
+            try:
+                self._serve()
+                return
+            except psycopg.Error as exc:
+                self.connected.clear()
+                failures += 1
+                if failures <= 1 and _faults.lost(exc):
+                    delay = 0.0
+                else:
+                    delay = min(5.0, 0.1 * 2.0**failures)
+                    log.warning(
+                        "waiters: %s; waiters poll on their own, retrying in %.1fs",
+                        _faults.describe(exc),
+                        delay,
+                    )
+                self._closed.wait(delay)
+            except Exception:
+                self.connected.clear()
+                log.exception("waiters: the shared listener failed; waiters poll on their own")
+                self._closed.wait(1.0)
+        self.connected.clear()
+
+    def _idle(self) -> bool:
+        """No waiter for IDLE_EXIT: the thread may go (it is started again if needed)."""
+        with self._lock:
+            if not self._waiting and time.monotonic() - self._idle_since > IDLE_EXIT:
+                self._thread = None
+                return True
+            return False
+
+    def _serve(self) -> None:
+        app = self.app
+        listens = app.listens
+        # search_path pinned as on the App's pool (opened before: a waiter waits on a run
+        # it enqueued or read); a lost connection is a psycopg.Error, retried by _run
+        dsn = db.pinned_dsn(app.dsn, app.pooler)
+        with psycopg.connect(dsn, **db.connect_kwargs(app.pooler)) as conn:
+            if listens:
+                conn.execute(f"LISTEN {CHANNEL}")
+            self.connected.set()
+            self._wake_all()  # whatever finished while nobody listened
+            polled = time.monotonic()
+            while not self._closed.is_set():
+                if self._idle():
+                    return
+                wait = max(0.0, polled + self._interval() - time.monotonic())
+                if listens:
+                    for note in conn.notifies(timeout=wait):
+                        if note.payload.isascii() and note.payload.isdigit():
+                            self._wake(int(note.payload))
+                elif self._closed.wait(wait):
+                    return
+                if time.monotonic() - polled >= self._interval():
+                    ids = self._ids()
+                    if ids:
+                        rows = conn.execute(_sql.query("runs_settled"), {"ids": ids}).fetchall()
+                        for (run_id,) in rows:
+                            self._wake(run_id)
+                    polled = time.monotonic()
+
+    def _interval(self) -> float:
+        with self._lock:
+            asked = [w.poll_interval for ws in self._waiting.values() for w in ws]
+        return max(POLL_MIN, min(asked, default=1.0))
+
+    def _ids(self) -> list[int]:
+        with self._lock:
+            return list(self._waiting)
+
+    def _wake(self, run_id: int) -> None:
+        with self._lock:
+            found = list(self._waiting.get(run_id, ()))
+        for w in found:
+            w.wake()
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            found = [w for ws in self._waiting.values() for w in ws]
+        for w in found:
+            w.wake()
+
+
+def shared(app: App) -> Waiters:
+    """The Waiters of `app` in this process (a forked child gets its own)."""
+    current: Any = app.__dict__.get("_waiters")
+    if current is None or current.pid != os.getpid():
+        with app._lock:
+            current = app.__dict__.get("_waiters")
+            if current is None or current.pid != os.getpid():
+                current = app.__dict__["_waiters"] = Waiters(app)
+    assert isinstance(current, Waiters)
+    return current

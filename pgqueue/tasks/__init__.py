@@ -1,0 +1,1 @@
+"""Tasks: the Task type, the registry of tasks and queues, retry policies and rate limits."""

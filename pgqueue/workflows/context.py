@@ -1,0 +1,229 @@
+"""What a running task can know about itself and, in a workflow, its durable API.
+
+Every attempt runs with its Context as `pgqueue.current()` (a context variable: set in the
+worker thread of a sync task, in the asyncio task of an async one, and copied wherever
+the task's code copies its context, e.g. `asyncio.to_thread`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.enqueue.checks import check_due, check_seconds
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.runs.handle import RunHandle
+    from pgqueue.runs.progress import Progress
+    from pgqueue.tasks.task import Task
+    from pgqueue.workflows.durable import Durable
+
+_CANCEL_LOCK = threading.Lock()  # shared: taken only to cancel or to wait for a cancel
+_CURRENT: contextvars.ContextVar[Context] = contextvars.ContextVar("pgqueue.current")
+
+
+def current() -> Context:
+    """The Context of the attempt whose code is running (any task, plain or workflow,
+    sync or async, and its hooks). RuntimeError outside a run."""
+    try:
+        return _CURRENT.get()
+    except LookupError:
+        raise RuntimeError(
+            "pgqueue.current() was called outside a run: only a task's code (and its "
+            "hooks) running in a worker, or under pgqueue.testing.eager, has a Context"
+        ) from None
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def call_as(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) with `ctx` as pgqueue.current() (in a worker thread)."""
+    token = _CURRENT.set(ctx)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _CURRENT.reset(token)
+        if ctx._progress is not None:
+            ctx._progress.flush()
+
+
+@dataclass(slots=True)
+class Context:
+    """The running attempt: `pgqueue.current()` in any task, passed first to
+    `@app.workflow` functions and to the on_success/on_failure/on_retry hooks.
+
+    `cancelled` turns true when the run was canceled, timed out, lost its lease or the
+    worker is shutting down past its grace period: long sync tasks should check it (an
+    async task is cancelled for real, at its next await).
+    """
+
+    run_id: int
+    task: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int = 0
+    group: str | None = None
+    _app: App | None = field(default=None, repr=False)
+    _lease_token: str | None = field(default=None, repr=False)
+    _durable: Durable | None = field(default=None, repr=False)
+    _progress: Progress | None = field(default=None, repr=False)
+    # Cancellation: a flag, and an Event made only for a run that waits on it (an Event
+    # costs a Lock and a Condition; most runs never wait, and a worker makes one Context
+    # per run). Both are set under _CANCEL_LOCK, so a waiter never misses the cancel.
+    _cancelled: bool = field(default=False, repr=False)
+    _cancel_event: threading.Event | None = field(default=None, repr=False)
+    _worker_id: uuid.UUID | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def worker_id(self) -> uuid.UUID | None:
+        """The id of the worker running this attempt (as in pgqueue.workers); None when
+        the run is not run by a worker (pgqueue.testing's eager runs)."""
+        return self._worker_id
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Sleep up to `timeout` seconds, waking early (and returning True) if cancelled.
+        For sync code: an async task is cancelled for real (CancelledError at its next
+        await), so it sleeps with `await asyncio.sleep(...)` instead."""
+        if _on_event_loop():
+            raise RuntimeError(
+                "ctx.wait_cancelled() would block the event loop: an async task is "
+                "cancelled for real (CancelledError), so use `await asyncio.sleep(seconds)` "
+                "and check ctx.cancelled if you need to"
+            )
+        with _CANCEL_LOCK:
+            if self._cancelled:
+                return True
+            event = self._cancel_event
+            if event is None:
+                event = self._cancel_event = threading.Event()
+        return event.wait(timeout)
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the run has got: stored as {done, total, message, at} in
+        pgqueue.runs.progress, at most once a second (the latest report wins; the last
+        one is written when the attempt ends), and only while this attempt holds the
+        run's lease. Shown by `pgqueue runs show` and the dashboard."""
+        from pgqueue.runs.progress import Progress, progress_doc
+
+        doc = progress_doc(done, total, message)
+        writer = self._progress
+        if writer is None:
+            writer = self._progress = Progress(self._app, self.run_id, self._lease_token)
+        writer.report(doc)
+
+    @property
+    def last_progress(self) -> dict[str, Any] | None:
+        """The latest report of this attempt (written or still pending), or None."""
+        return None if self._progress is None else self._progress.latest
+
+    def _cancel(self) -> None:
+        """Turn `cancelled` true and wake whoever waits in wait_cancelled (any thread)."""
+        with _CANCEL_LOCK:
+            self._cancelled = True
+            event = self._cancel_event
+        if event is not None:
+            event.set()
+
+    @property
+    def durable(self) -> Durable:
+        if self._durable is None:
+            raise RuntimeError(
+                "durable operations (step, sleep, wait_for_event, call, spawn) "
+                "are only available in runs of @app.workflow tasks"
+            )
+        return self._durable
+
+    def step(
+        self, name: str, fn: Any, /, *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` once for this run and store its JSON result; on
+        later attempts return the stored result without calling `fn`. With `timeout`,
+        TimeoutError if `fn` takes longer (the step fails, and runs again on the next
+        attempt; its thread cannot be stopped and is left to finish). `timeout` is the
+        step's own option: to pass an argument of that name to `fn`, use a lambda."""
+        return self.durable.step(name, fn, args, kwargs, timeout)
+
+    def emit_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        key: str | None = None,
+        payload: Any = None,
+        delay: float | None = None,
+    ) -> int:
+        """Emit an event as a step: once per run, whatever the replays (the event and the
+        step commit together). Returns the event's id."""
+        return self.durable.emit_event(name, event, key, payload, delay)
+
+    def sleep(self, name: str, seconds: float | timedelta) -> None:
+        """Sleep durably: the worker is freed and the run resumes after `seconds`."""
+        seconds = check_seconds("sleep", seconds, zero=True)
+        self.durable.sleep_until(name, {"seconds": seconds})
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        check_due("sleep_until", when)
+        self.durable.sleep_until(name, {"until": when.isoformat()})
+
+    def wait_for_event(
+        self, name: str, *, event: str, key: str | None = None, timeout: float | None = None
+    ) -> Any:
+        """Wait durably for `event` (with `key`) emitted after the wait began; return its
+        payload, or None after `timeout` seconds."""
+        return self.durable.wait_for_event(name, event, key, timeout)
+
+    def call(
+        self,
+        name: str,
+        task: Task[Any, Any],
+        /,
+        *args: Any,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run `task` as a child run and wait durably for its result (ChildFailed if it
+        fails). Idempotent per parent run and step name. With `timeout`, TimeoutError
+        once the child has not finished that many seconds after this call first began
+        (the database's clock, across attempts and crashes): the child is canceled, and
+        every later replay raises the same TimeoutError."""
+        return self.durable.call(name, task, args, kwargs, timeout)
+
+    def map(
+        self,
+        name: str,
+        task: Task[Any, Any],
+        items: Iterable[Any],
+        /,
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Run `task` once per item as child runs (an item is an args tuple/list, a kwargs
+        dict, or the one argument) and wait durably for all; their results in the items'
+        order. A failed child raises ChildFailed, or with `return_exceptions=True` takes
+        its place in the list. Idempotent per parent run and step name."""
+        from pgqueue.workflows.fanout import map_children
+
+        return map_children(self.durable, name, task, items, return_exceptions)
+
+    def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
+        """Start `task` as a child run without waiting. Idempotent per run and name."""
+        return self.durable.spawn(name, task, args, kwargs)

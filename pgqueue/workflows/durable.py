@@ -1,0 +1,398 @@
+"""Durable workflow operations: memoized steps, sleeps, event waits and child runs.
+
+A workflow's code re-executes from the top on every attempt and after every durable
+wait; only steps (and the outcome of sleeps, waits and calls, which are steps too) are
+stored. Everything here is called from the workflow's own thread and writes through the
+App's pool, fenced by the lease the worker holds.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+from pgqueue.db import payload as _json
+from pgqueue.db import sql as _sql
+from pgqueue.enqueue import by_name as _enqueue
+from pgqueue.enqueue.checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
+from pgqueue.errors import LeaseLost, UserError
+from pgqueue.states import RunState, StepState
+from pgqueue.workflows.running_steps import RUNNING_STEPS
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.runs.handle import RunHandle
+    from pgqueue.tasks.task import Task
+
+CHILD_KEY = "pgqueue.child:{parent}:{name}"
+
+
+class Suspend(BaseException):
+    """Unwinds a workflow that must wait; the worker turns it into `scheduled`/`waiting`
+    without using an attempt. A BaseException so user code cannot swallow it."""
+
+    def __init__(
+        self,
+        state: str,
+        delay: float | None,
+        *,
+        wait_event: str | None = None,
+        wait_key: str | None = None,
+        wait_since: datetime | None = None,
+        wait_run_id: int | None = None,
+        wake_at: datetime | None = None,
+    ) -> None:
+        super().__init__(state)
+        self.state = state
+        self.delay = delay
+        # when the wait ends, on the database's clock: the run's run_at is set to it
+        # exactly, not to the completion's now() + delay (a few milliseconds later)
+        self.wake_at = wake_at
+        self.wait_event = wait_event
+        self.wait_key = wait_key
+        self.wait_since = wait_since
+        self.wait_run_id = wait_run_id
+
+
+@dataclass
+class StepRecord:
+    name: str
+    state: str
+    output: Any
+    error: str | None
+    created_at: datetime
+
+
+class Durable:
+    """The stored side of one workflow attempt."""
+
+    def __init__(
+        self,
+        app: App,
+        run_id: int,
+        lease_token: str,
+        attempt: int,
+        *,
+        has_steps: bool = True,
+        holds: Callable[[], bool] | None = None,
+    ) -> None:
+        self.app = app
+        # True while the worker knows it holds the run (not lost or canceled, its leases
+        # renewed lately): a step then starts without a round trip (step())
+        self.holds = holds
+        self.run_id = run_id
+        self.lease_token = lease_token
+        self.attempt = attempt
+        # None: not loaded yet. A run with no stored step (the claim says so) skips the load.
+        self._steps: dict[str, StepRecord] | None = None if has_steps else {}
+        self._seen: Counter[str] = Counter()
+        self.db_now: datetime | None = None
+
+    # -- names and records ------------------------------------------------------------
+
+    def unique_name(self, name: str) -> str:
+        """`name`, then `name#2`, `name#3`... in call order, so loops work."""
+        if not isinstance(name, str) or not name or "#" in name:
+            raise UserError(f"step name must be a non-empty string without '#', not {name!r}")
+        # a child's idempotency key holds the name (CHILD_KEY): room for it within the limit
+        check_key("step name", name, limit=MAX_KEY_BYTES - 64)
+        self._seen[name] += 1
+        n = self._seen[name]
+        return name if n == 1 else f"{name}#{n}"
+
+    def get(self, name: str) -> StepRecord | None:
+        if self._steps is None:
+            with self.app.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(_sql.query("load_steps"), {"run_id": self.run_id}).fetchall()
+            self.db_now = rows[0]["db_now"]
+            self._steps = {
+                r["name"]: StepRecord(
+                    r["name"], r["state"], r["output"], r["error"], r["created_at"]
+                )
+                for r in rows
+                if r["name"] is not None
+            }
+        return self._steps.get(name)
+
+    def record(
+        self,
+        name: str,
+        state: StepState,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        started_at: datetime | None = None,
+        conn: Any = None,
+        remember: bool = True,
+    ) -> StepRecord:
+        """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
+        LeaseLost if the lease is gone. Not `remember`: from another thread (a running
+        step's row, _running_steps), which leaves this attempt's records alone."""
+        params = {
+            "run_id": self.run_id,
+            "lease_token": self.lease_token,
+            "name": name,
+            "state": state,
+            "output": output,
+            "error": error,
+            "attempt": self.attempt,
+            "started_at": started_at,
+            # a wait's spec stays in steps.waited once the output holds what it returned
+            "waited": output if state == StepState.WAITING else None,
+        }
+        with self.app.connection(conn) as c:
+            row = c.execute(_sql.query("record_step"), params).fetchone()
+        if row is None:
+            raise LeaseLost(
+                f"run {self.run_id} is no longer held by this worker; "
+                f"step {name!r} was not recorded"
+            )
+        record = StepRecord(
+            name, state, None if output is None else _json.loads(output), error, row[1]
+        )
+        if not remember:
+            return record
+        self.db_now = row[2]
+        assert self._steps is not None
+        self._steps[name] = record
+        return record
+
+    # -- the operations ----------------------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+    ) -> Any:
+        if timeout is not None:
+            timeout = check_seconds("step timeout", timeout, zero=False)
+        name = self.unique_name(name)
+        done = self.get(name)
+        if done is not None and done.state == StepState.SUCCEEDED:
+            return done.output
+        started = datetime.now().astimezone()
+        # visible while its body runs (`pgqueue runs show`, the dashboard, pgqueue.steps)
+        # once it has run a while: the write is also a lease check, done here first when
+        # the worker cannot vouch for the lease
+        shown = None
+        if self.holds is not None and self.holds():
+            shown = RUNNING_STEPS.show_later(
+                functools.partial(
+                    self.record, name, StepState.RUNNING, started_at=started, remember=False
+                )
+            )
+        else:
+            self.record(name, StepState.RUNNING, started_at=started)
+        try:
+            try:
+                if timeout is None:
+                    result = fn(*args, **kwargs)
+                else:
+                    result = _within(name, timeout, fn, args, kwargs)
+            finally:
+                if shown is not None:
+                    shown.done()  # before the outcome: it lands after a `running` row
+        except Exception as exc:
+            self.record(
+                name, StepState.FAILED, error=f"{type(exc).__name__}: {exc}", started_at=started
+            )
+            raise
+        text = _json.dumps(
+            result,
+            what=f"the result of step {name!r}",
+            limit=self.app.max_payload_bytes,
+            max_depth=self.app.max_json_depth,
+        )
+        self.record(name, StepState.SUCCEEDED, output=text, started_at=started)
+        return _json.loads(text)  # the same value a replay will return
+
+    def emit_event(
+        self, name: str, event: str, key: str | None, payload: Any, delay: float | None
+    ) -> int:
+        """Emit an event once for this run: the event and its step commit together, so a
+        replay (or a retry after a crash) returns the stored event id and emits nothing."""
+        params = _enqueue.event_params(self.app, event, key, payload, delay)
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == StepState.SUCCEEDED:
+            return int(rec.output["event_id"])
+        with self.app.connection() as conn, conn.transaction():
+            event_id = _enqueue.emit_event(conn, params)
+            out = _json.dumps({"event_id": event_id}, what="emit_event")
+            self.record(name, StepState.SUCCEEDED, output=out, conn=conn)  # LeaseLost: rolled back
+        return event_id
+
+    def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == StepState.SUCCEEDED:
+            return
+        if rec is None:
+            rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="sleep"))
+        spec = rec.output
+        wake_at = (
+            datetime.fromisoformat(spec["until"])
+            if "until" in spec
+            else rec.created_at + timedelta(seconds=spec["seconds"])
+        )
+        assert self.db_now is not None
+        left = (wake_at - self.db_now).total_seconds()
+        if left <= 0:
+            self.record(name, StepState.SUCCEEDED, output=_json.dumps(spec, what="sleep"))
+            return
+        raise Suspend(RunState.SCHEDULED, left, wake_at=wake_at)
+
+    def wait_for_event(self, name: str, event: str, key: str | None, timeout: float | None) -> Any:
+        check_name("event", event)
+        key = check_key("event key", key)
+        if timeout is not None:
+            timeout = check_seconds("timeout", timeout, zero=True)
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == StepState.SUCCEEDED:
+            return rec.output
+        spec = {"event": event, "key": key, "timeout": timeout}
+        if rec is None:
+            rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="wait"))
+        since = rec.created_at
+        with self.app.connection() as conn:
+            row = conn.execute(
+                _sql.query("find_event"), {"event": event, "key": key or "", "since": since}
+            ).fetchone()
+        if row is not None and row[1]:
+            self.record(name, StepState.SUCCEEDED, output=_json.dumps(row[0], what="event payload"))
+            return row[0]
+        assert self.db_now is not None
+        wake_at = None if timeout is None else since + timedelta(seconds=timeout)
+        left = None if wake_at is None else (wake_at - self.db_now).total_seconds()
+        if left is not None and left <= 0:
+            self.record(name, StepState.SUCCEEDED, output="null")
+            return None
+        if row is not None and (left is None or row[2] < left):
+            # a delayed event is on its way: wait until it is due
+            left, wake_at = max(0.0, row[2]), row[3]
+        raise Suspend(
+            RunState.WAITING,
+            left,
+            wait_event=event,
+            wait_key=key or "",
+            wait_since=since,
+            wake_at=wake_at,
+        )
+
+    def call(
+        self,
+        name: str,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+    ) -> Any:
+        from pgqueue.errors import ChildFailed
+
+        if timeout is not None:
+            timeout = check_seconds("call timeout", timeout, zero=False)
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == StepState.SUCCEEDED:
+            return rec.output
+        if (
+            rec is not None
+            and rec.state == StepState.FAILED
+            and (rec.output or {}).get("timed_out")
+        ):
+            raise TimeoutError(rec.error)  # as the attempt that timed out saw it
+        if rec is not None and rec.state == StepState.WAITING:
+            child_id = int(rec.output["run_id"])
+        else:
+            child_id = self._enqueue_child(name, task, args, kwargs).id
+            spec = {"run_id": child_id, "timeout": timeout}
+            rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="call"))
+        with self.app.connection() as conn:
+            row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
+        assert row is not None, f"child run {child_id} disappeared"
+        state, result, error, child_task = row
+        if state == RunState.SUCCEEDED:
+            self.record(name, StepState.SUCCEEDED, output=_json.dumps(result, what="child result"))
+            return result
+        if state in (RunState.FAILED, RunState.CANCELED):
+            self.record(name, StepState.FAILED, error=f"child run {child_id} {state}: {error}")
+            raise ChildFailed(child_id, child_task, state, error)
+        timeout = rec.output.get("timeout")  # as stored by the attempt that called it
+        left = wake_at = None
+        if timeout is not None:
+            assert self.db_now is not None
+            wake_at = rec.created_at + timedelta(seconds=timeout)
+            left = (wake_at - self.db_now).total_seconds()
+            if left <= 0:
+                self._time_out_call(name, child_id, timeout)
+        raise Suspend(RunState.WAITING, left, wait_run_id=child_id, wake_at=wake_at)
+
+    def _time_out_call(self, name: str, child_id: int, timeout: float) -> None:
+        """The child did not finish in time: the step fails for good (a replay raises the
+        same TimeoutError), and the child is canceled, saying why."""
+        message = f"child run {child_id} of step {name!r} did not finish within {timeout:g}s"
+        out = _json.dumps({"run_id": child_id, "timeout": timeout, "timed_out": True}, what="call")
+        reason = f"parent run {self.run_id} stopped waiting: {message}"
+        with self.app.connection() as conn, conn.transaction():
+            self.record(name, StepState.FAILED, output=out, error=message, conn=conn)
+            conn.execute(_sql.query("cancel"), {"id": child_id, "children": True, "reason": reason})
+        raise TimeoutError(message)
+
+    def spawn(
+        self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> RunHandle:
+        from pgqueue.runs.handle import RunHandle
+
+        name = self.unique_name(name)
+        rec = self.get(name)
+        if rec is not None and rec.state == StepState.SUCCEEDED:
+            return RunHandle(int(rec.output["run_id"]), self.app, created=False)
+        handle = self._enqueue_child(name, task, args, kwargs)
+        self.record(
+            name, StepState.SUCCEEDED, output=_json.dumps({"run_id": handle.id}, what="spawn")
+        )
+        return handle
+
+    def _enqueue_child(
+        self, name: str, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> RunHandle:
+        key = CHILD_KEY.format(parent=self.run_id, name=name)
+        return task.options(idempotency_key=key, parent_id=self.run_id).enqueue(*args, **kwargs)
+
+
+def _within(
+    name: str, timeout: float, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """fn(*args, **kwargs) in a thread of its own (with the caller's context), waited for
+    up to `timeout` seconds: TimeoutError after that. A thread cannot be stopped: a step
+    that timed out is left to finish on its own, and what it returns is dropped."""
+    box: list[tuple[bool, Any]] = []
+    context = contextvars.copy_context()
+
+    def body() -> None:
+        try:
+            box.append((True, context.run(fn, *args, **kwargs)))
+        except BaseException as exc:  # handed to the workflow's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=body, name=f"pgqueue-step-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise TimeoutError(f"step {name!r} did not finish within {timeout:g}s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
