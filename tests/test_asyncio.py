@@ -208,7 +208,7 @@ def test_a_rejected_run_fails_only_its_own_enqueue(dsn: str) -> None:
         return x
 
     bad = dataclasses.replace(
-        echo.make_row((0,), {}, pgqueue.tasks.EnqueueOptions()), max_attempts=0
+        echo.make_row((0,), {}, pgqueue.enqueue.options.EnqueueOptions()), max_attempts=0
     )
 
     async def main() -> list[Any]:

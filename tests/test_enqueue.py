@@ -334,7 +334,7 @@ def test_enqueue_many_computes_each_runs_group(app: pgqueue.App) -> None:
 def test_enqueue_many_across_chunks_keeps_order(
     app: pgqueue.App, send: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pgqueue.tasks.RunBatch, "CHUNK", 3)
+    monkeypatch.setattr(pgqueue.enqueue.options.RunBatch, "CHUNK", 3)
     items: list[Any] = [
         (f"to{i}",) if i % 2 else {"to": f"to{i}", "subject": "é"} for i in range(8)
     ]
@@ -386,7 +386,7 @@ def test_insert_runs_mixes_keyed_and_unkeyed_rows(
     taken = send.options(idempotency_key="k-old").enqueue("old")
 
     def row(to: str, key: str | None = None) -> Any:
-        return send.make_row((to,), {}, pgqueue.tasks.EnqueueOptions(idempotency_key=key))
+        return send.make_row((to,), {}, pgqueue.enqueue.options.EnqueueOptions(idempotency_key=key))
 
     rows = [row("a"), row("b", "k-new"), row("c", "k-old"), row("d", "k-new"), row("e")]
     handles = app.insert_runs(rows)
@@ -404,7 +404,7 @@ def test_insert_runs_of_several_tasks_and_options(app: pgqueue.App, send: Any) -
     def other(n: int) -> None: ...
 
     at = datetime.now(UTC) + timedelta(hours=2)
-    opts = pgqueue.tasks.EnqueueOptions
+    opts = pgqueue.enqueue.options.EnqueueOptions
     rows = [
         send.make_row(("a",), {"subject": "s"}, opts(group="g", timeout=2.5)),
         other.make_row((1,), {}, opts(run_at=at)),
@@ -428,7 +428,7 @@ def test_duplicate_keys_in_one_batch_make_one_run(
     app: pgqueue.App, send: Any, conn: psycopg.Connection[Any]
 ) -> None:
     rows = [
-        send.make_row((to,), {}, pgqueue.tasks.EnqueueOptions(idempotency_key="same"))
+        send.make_row((to,), {}, pgqueue.enqueue.options.EnqueueOptions(idempotency_key="same"))
         for to in ("first", "second", "third")
     ]
     handles = app.insert_runs(rows)
@@ -440,7 +440,7 @@ def test_duplicate_keys_in_one_batch_make_one_run(
 
 def test_enqueue_many_async_is_the_same_batch(app: pgqueue.App, send: Any) -> None:
     rows = [
-        send.make_row((to,), {}, pgqueue.tasks.EnqueueOptions(idempotency_key="ak"))
+        send.make_row((to,), {}, pgqueue.enqueue.options.EnqueueOptions(idempotency_key="ak"))
         for to in ("x", "y")
     ]
 
@@ -466,7 +466,7 @@ def test_enqueue_many_async_is_the_same_batch(app: pgqueue.App, send: Any) -> No
 def test_enqueue_many_rows_for_eager_testing(send: Any) -> None:
     """A batch hands out RunRows (pgqueue.testing.eager runs them) equal to enqueue's."""
     batch = send.options(priority=1).make_rows([("a",), {"to": "b", "subject": "s"}])
-    single = send.make_row(("a",), {}, pgqueue.tasks.EnqueueOptions(priority=1))
+    single = send.make_row(("a",), {}, pgqueue.enqueue.options.EnqueueOptions(priority=1))
     assert len(batch) == 2 and batch[0] == single and list(batch) == [single, batch[1]]
     assert (batch[1].args, batch[1].kwargs) == ("[]", '{"to":"b","subject":"s"}')
     assert batch[-1] == batch[1] and batch[:1] == [single]
