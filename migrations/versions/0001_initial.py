@@ -8,8 +8,6 @@ from pathlib import Path
 
 from alembic import op
 
-from pgqueue.db import sql as _sql
-
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -18,7 +16,6 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
-    op.execute(_sql.definition("functions/retry"))
 
 
 def downgrade() -> None:

@@ -18,6 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
+    # the texts this revision was released with: no later revision changes these views
     op.execute(_sql.definition("views/failed"))
     op.execute(_sql.definition("views/workers_live"))
 

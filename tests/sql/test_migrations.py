@@ -239,3 +239,61 @@ def test_every_pasted_definition_is_reloaded_from_sql() -> None:
             if not everything and f'"{folder}/{name}"' not in later:
                 unreloaded.append(f"{pasted.name}: {folder}/{name}")
     assert not unreloaded, unreloaded
+
+
+def _definitions_by_revision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[str, set[str], set[str]]]:
+    """Each revision, in order, with the definitions its upgrade() loads from sql/ and
+    those it creates from a text of its own ("functions/NAME", "views/NAME"), found by
+    running upgrade() against a recorder instead of a database."""
+    from pgqueue.db import sql as sql_files
+
+    created = re.compile(r"CREATE (?:OR REPLACE )?(FUNCTION|VIEW) pgqueue\.(\w+)", re.I)
+    executed: list[str] = []
+    loaded: list[str] = []
+
+    class Recorder:
+        def execute(self, text: str) -> None:
+            executed.append(text)
+
+    def definition(path: str) -> str:
+        loaded.append(path)
+        return ""
+
+    monkeypatch.setattr(sql_files, "definition", definition)
+    found = []
+    with migrate._config(None) as cfg:
+        for rev in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions())):
+            executed.clear()
+            loaded.clear()
+            monkeypatch.setattr(rev.module, "op", Recorder())
+            rev.module.upgrade()
+            own = {
+                f"{'functions' if kind.upper() == 'FUNCTION' else 'views'}/{name}"
+                for text in executed
+                for kind, name in created.findall(text)
+            }
+            found.append((rev.revision, set(loaded), own))
+    return found
+
+
+def test_the_first_revisions_install_the_texts_they_were_released_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Revisions 0001-0007 were released with every function and view text pasted in
+    their .sql. They load from sql/ only a definition that no later revision changes (the
+    file's text is then the one they were released with), so a database migrated to any
+    of them, not only to head, holds what it held at their release: a definition that
+    changed later (pgqueue.retry(), pgqueue.claim_next_priority(), every function whose
+    search_path 0021 pinned) stays pasted."""
+    revisions = _definitions_by_revision(monkeypatch)
+    assert [r for r, _, _ in revisions][:7] == [f"000{n}" for n in range(1, 8)]
+    newer = []
+    for i, (revision, loaded, _) in enumerate(revisions[:7]):
+        for path in sorted(loaded):
+            later = [r for r, load, own in revisions[i + 1 :] if path in load | own]
+            if later:
+                newer.append(f"{revision} loads {path}, changed again by {', '.join(later)}")
+    assert not newer, newer
+    assert {"views/failed", "views/workers_live"} <= revisions[2][1]
