@@ -1,5 +1,5 @@
-"""The dashboard's server time with a large history: every page and JSON endpoint of
-DESIGN 15, timed in the request handler (routing, queries, rendering; no network).
+"""The dashboard's server time with a large history: every page and JSON endpoint that
+docs/dashboard.md lists, timed in the request handler (routing, queries, rendering; no network).
 
     python -m bench.dashboard [--finished 1000000] [--last-hour 0] [--queued 100000]
                               [--repeat 30] [--no-tally]

@@ -64,3 +64,39 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert 'href="sql/"' in home  # README's docs/sql.md, pointed at the site's page
     django = (tmp_path / "reference/django/index.html").read_text()
     assert "pgqueue.contrib.django.backend.PgQueueBackend" in django
+
+
+def test_every_document_the_tree_names_is_in_the_repository() -> None:
+    """A comment, docstring or page that names a document (a Markdown file, a section of
+    a design document) names one in the repository, or a page docs_hooks.py generates."""
+    tracked = subprocess.run(
+        [
+            "git",
+            "ls-files",
+            "pgqueue",
+            "sql",
+            "migrations",
+            "tests",
+            "docs",
+            "bench",
+            "examples",
+            "README.md",
+            "CHANGELOG.md",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    names = {Path(path).name for path in tracked} | GENERATED
+    missing = []
+    for path in tracked:
+        if not path.endswith((".py", ".sql", ".md", ".html", ".js", ".pml")):
+            continue
+        text = (ROOT / path).read_text(errors="replace")
+        for cited in re.findall(r"\bDESIGN\b[ .]*\w*", text):
+            missing.append(f"{path}: {cited}")
+        for cited in re.findall(r"[\w./-]*\w\.md\b", text):
+            if Path(cited).name not in names:
+                missing.append(f"{path}: {cited}")
+    assert not missing, missing

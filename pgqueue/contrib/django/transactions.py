@@ -1,7 +1,7 @@
 """Enqueue inside `transaction.atomic()`: the run commits or rolls back with your rows.
 
 Django on psycopg 3 hands out its psycopg Connection, so pgqueue's statement runs in the
-same transaction (invariant 5 of the design: the run exists iff the transaction commits).
+same transaction (the run exists if and only if the transaction commits).
 A psycopg2 connection cannot be shared with psycopg 3: there, enqueue falls back to
 `transaction.on_commit` (the run is inserted just after the commit, not at all after a
 rollback), and returns a PendingRunHandle whose id is known once the commit is done.
