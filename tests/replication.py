@@ -34,8 +34,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from pgqueue.db import migrate
-from tests.helpers import wait_until
-from tests.pgbouncer import free_port
+from tests.helpers import free_port, wait_until
 
 STANDBY = "standby1"  # its application_name, which synchronous_standby_names names
 SERVER_USER = "embedded_postgres"

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 import pgqueue
 from pgqueue.dashboard import asgi
 from pgqueue.dashboard.core import CSRF_COOKIE
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_state
 
 WORKER = "00000000-0000-0000-0000-0000000000aa"
 
@@ -80,12 +80,6 @@ def live_worker(conn: psycopg.Connection[Any], queues: list[str], concurrency: i
         "VALUES (%s, 'host-a', 4242, %s, %s, 'test')",
         (WORKER, queues, concurrency),
     )
-
-
-def state_of(conn: psycopg.Connection[Any], run_id: int) -> str:
-    row = conn.execute("SELECT state FROM pgqueue.runs WHERE id = %s", (run_id,)).fetchone()
-    assert row is not None
-    return str(row[0])
 
 
 def why(web: TestClient, run_id: int) -> list[str]:
@@ -208,10 +202,10 @@ def test_run_actions_change_the_database(web: TestClient, conn: psycopg.Connecti
     queued = enqueue(conn)
     r = web.post(f"/api/runs/{queued}/cancel", headers=headers)
     assert r.json() == {"id": queued, "canceled": True}
-    assert state_of(conn, queued) == "canceled"
+    assert run_state(conn, queued) == "canceled"
     assert web.post(f"/api/runs/{queued}/cancel", headers=headers).json()["canceled"] is False
     assert web.post(f"/api/runs/{queued}/retry", headers=headers).json()["retried"] is True
-    assert state_of(conn, queued) == "queued"
+    assert run_state(conn, queued) == "queued"
     assert web.post("/api/runs/99999/cancel", headers=headers).status_code == 404
 
     # a form post (no script) goes back to the page it came from
@@ -223,7 +217,7 @@ def test_run_actions_change_the_database(web: TestClient, conn: psycopg.Connecti
         follow_redirects=False,
     )
     assert (r.status_code, r.headers["location"]) == (303, f"/runs/{queued}")
-    assert state_of(conn, queued) == "canceled"
+    assert run_state(conn, queued) == "canceled"
 
 
 def test_bulk_actions_count_first_then_act(web: TestClient, conn: psycopg.Connection[Any]) -> None:
@@ -299,7 +293,7 @@ def test_a_post_without_csrf_token_is_refused(
     assert r.status_code == 403 and "CSRF" in r.json()["error"]
     r = web.post(f"/api/runs/{run_id}/cancel", headers={**good, "X-CSRF-Token": "guess"})
     assert r.status_code == 403
-    assert state_of(conn, run_id) == "queued"
+    assert run_state(conn, run_id) == "queued"
     assert web.post(f"/api/runs/{run_id}/cancel", headers=good).status_code == 200
 
 
@@ -314,7 +308,7 @@ def test_a_token_protected_dashboard_answers_401_without_it(
         assert c.get("/").status_code == 401  # the login form
         assert c.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert c.post(f"/api/runs/{run_id}/cancel").status_code == 401
-        assert state_of(conn, run_id) == "queued"
+        assert run_state(conn, run_id) == "queued"
 
         bearer = {"Authorization": "Bearer s3cret"}
         assert c.get("/api/queues", headers=bearer).status_code == 200
@@ -353,7 +347,7 @@ def test_read_only_refuses_every_action(dsn: str, conn: psycopg.Connection[Any])
         assert c.get("/api/runs", headers=bearer).status_code == 200
         page = c.get(f"/runs/{run_id}", headers=bearer).text
         assert "read-only" in page and "Cancel this run" not in page
-    assert state_of(conn, run_id) == "queued"
+    assert run_state(conn, run_id) == "queued"
     assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (1,)
 
 
@@ -377,7 +371,7 @@ def test_mounted_under_a_prefix_in_fastapi(dsn: str, conn: psycopg.Connection[An
         assert c.get("/ops/pgqueue/static/dashboard.css").status_code == 200
         headers = {"X-CSRF-Token": c.cookies[CSRF_COOKIE], "Origin": "http://testserver"}
         assert c.post(f"/ops/pgqueue/api/runs/{run_id}/cancel", headers=headers).status_code == 200
-    assert state_of(conn, run_id) == "canceled"
+    assert run_state(conn, run_id) == "canceled"
     app.close()
 
 

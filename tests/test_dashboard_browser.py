@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import ROOT, free_port, scalar, wait_until
+from tests.helpers import ROOT, free_port, run_state, scalar, wait_until
 
 pytest.importorskip("selenium")
 
@@ -352,11 +352,5 @@ def test_a_rebound_name_can_neither_read_nor_act(
     assert isinstance(result, list), result
     for status, body in result:
         assert status == 400 and secret not in body, (status, body[:200])
-    assert scalar_state(conn, run_id) == "queued"
+    assert run_state(conn, run_id) == "queued"
     assert conn.execute("SELECT count(*) FROM pgqueue.queues WHERE paused").fetchone() == (0,)
-
-
-def scalar_state(conn: psycopg.Connection[Any], run_id: int) -> str:
-    row = conn.execute("SELECT state FROM pgqueue.runs WHERE id = %s", (run_id,)).fetchone()
-    assert row is not None
-    return str(row[0])

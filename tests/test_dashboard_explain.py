@@ -13,6 +13,7 @@ from psycopg import sql
 from pgqueue.dashboard import data
 from pgqueue.db import sql as _sql
 from pgqueue.ops import bulk as _bulk
+from tests.helpers import plan_nodes
 
 
 @pytest.fixture
@@ -54,22 +55,13 @@ def plan(conn: psycopg.Connection[Any], query: sql.Composable | str, params: Any
 
 def reads(node: Any) -> tuple[set[str], list[str]]:
     """The indexes a plan reads, and the runs-table scans it makes without one."""
-    indexes: set[str] = set()
-    full: list[str] = []
-
-    def walk(n: Any) -> None:
-        if isinstance(n, dict):
-            if n.get("Index Name"):
-                indexes.add(n["Index Name"])
-            if n.get("Node Type") == "Seq Scan" and n.get("Relation Name") == "runs":
-                full.append(json.dumps({k: v for k, v in n.items() if k != "Plans"}))
-            for v in n.values():
-                walk(v)
-        elif isinstance(n, list):
-            for v in n:
-                walk(v)
-
-    walk(node)
+    nodes = plan_nodes(node)
+    indexes = {n["Index Name"] for n in nodes if n.get("Index Name")}
+    full = [
+        json.dumps({k: v for k, v in n.items() if k != "Plans"})
+        for n in nodes
+        if n.get("Node Type") == "Seq Scan" and n.get("Relation Name") == "runs"
+    ]
     return indexes, full
 
 
@@ -210,20 +202,11 @@ def rows_read(conn: psycopg.Connection[Any], query: sql.Composable | str, params
         row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + text, params).fetchone()
     assert row is not None
     read: dict[str, int] = {}
-
-    def walk(n: Any) -> None:
-        if isinstance(n, dict):
-            # index scans name the table, bitmap index scans only the index
-            if str(n.get("Index Name", "")).startswith("runs_"):
-                rows = n["Actual Rows"] * n["Actual Loops"]
-                read[n["Index Name"]] = read.get(n["Index Name"], 0) + rows
-            for v in n.values():
-                walk(v)
-        elif isinstance(n, list):
-            for v in n:
-                walk(v)
-
-    walk(row[0])
+    for n in plan_nodes(row[0]):
+        # index scans name the table, bitmap index scans only the index
+        if str(n.get("Index Name", "")).startswith("runs_"):
+            rows = n["Actual Rows"] * n["Actual Loops"]
+            read[n["Index Name"]] = read.get(n["Index Name"], 0) + rows
     return read
 
 

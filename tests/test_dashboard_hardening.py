@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 from pgqueue.dashboard import asgi
 from pgqueue.dashboard.core import CSRF_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, Dashboard
 from pgqueue.errors import ConfigError, UserError
-from tests.test_dashboard import batch_of, client, csrf, enqueue, state_of
+from tests.helpers import run_state
+from tests.test_dashboard import batch_of, client, csrf, enqueue
 from tests.test_dashboard import web as web  # a fixture
 
 SECRET_ARG = "secret-api-key-456"
@@ -84,7 +85,7 @@ def test_a_forged_host_can_neither_read_nor_act(
             assert r.status_code == 400, path
         # a Host with the right name but another port is another site
         assert c.get("/api/runs", headers={"Host": "testserver:8080"}).status_code == 400
-    assert state_of(conn, run_id) == "queued"
+    assert run_state(conn, run_id) == "queued"
     paused = conn.execute("SELECT count(*) FROM pgqueue.queues WHERE paused").fetchone()
     assert paused == (0,)
     assert conn.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (1,)
@@ -133,11 +134,11 @@ def test_the_csrf_origin_check_uses_the_allowed_hosts_not_the_host_header(
         ):
             r = c.post(f"/api/runs/{run_id}/cancel", headers={**good, "Origin": origin})
             assert r.status_code == 403, origin
-        assert state_of(conn, run_id) == "queued"
+        assert run_state(conn, run_id) == "queued"
         # behind a TLS proxy the browser's Origin is https: still this dashboard
         headers = {**good, "Origin": "https://ops.example.com"}
         assert c.post(f"/api/runs/{run_id}/cancel", headers=headers).status_code == 200
-    assert state_of(conn, run_id) == "canceled"
+    assert run_state(conn, run_id) == "canceled"
 
 
 def test_asgi_needs_a_token_or_upstream_auth(dsn: str) -> None:
@@ -168,7 +169,7 @@ def test_the_csrf_token_belongs_to_its_session(
         b.cookies.set(CSRF_COOKIE, "planted-value-planted-value")
         headers = {**origin, "X-CSRF-Token": "planted-value-planted-value"}
         assert b.post(f"/api/runs/{run_id}/cancel", headers=headers).status_code == 403
-        assert state_of(conn, run_id) == "queued"
+        assert run_state(conn, run_id) == "queued"
         r = b.post(f"/api/runs/{run_id}/cancel", headers={**origin, "X-CSRF-Token": token_b})
         assert r.status_code == 200
     finally:

@@ -21,9 +21,8 @@ import pytest
 pytest.importorskip("uvicorn")
 
 from pgqueue.dashboard.serve import HEADER_TIMEOUT
-from tests.helpers import ROOT, wait_until
-from tests.test_dashboard import enqueue, state_of
-from tests.test_dashboard_browser import free_port
+from tests.helpers import ROOT, free_port, run_state, wait_until
+from tests.test_dashboard import enqueue
 
 TOKEN = "s3cret-token"
 
@@ -127,7 +126,7 @@ def test_a_huge_body_is_refused_before_it_is_read(dsn: str, conn: psycopg.Connec
         grown = rss_mb(pid) - before
         assert grown < 20, f"the dashboard grew by {grown:.0f} MB"
         assert get(port, "/api/runs", {"Authorization": f"Bearer {TOKEN}"}) == 200
-    assert state_of(conn, run_id) == "queued"
+    assert run_state(conn, run_id) == "queued"
 
 
 def test_trickling_clients_do_not_starve_a_normal_request(dsn: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 import pgqueue
 from pgqueue.ops import bulk as _bulk
 from tests.apps.basic import EFFECTS_DDL
-from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
+from tests.helpers import WorkerProcess, run_state, scalar, scalar_conn, wait_until
 
 Conn = psycopg.Connection[Any]
 
@@ -56,13 +56,7 @@ def test_older_than_reads_the_creation_time(app: pgqueue.App, conn: Conn) -> Non
     conn.execute("UPDATE pgqueue.runs SET created_at = now() - interval '2 hours' WHERE id = 1")
     assert app.cancel_where(older_than=timedelta(hours=1)) == 1
     assert app.cancel_where(older_than=3600) == 0
-    assert scalar_state(conn, 1) == "canceled"
-
-
-def scalar_state(conn: Conn, run_id: int) -> str:
-    row = conn.execute("SELECT state FROM pgqueue.runs WHERE id = %s", (run_id,)).fetchone()
-    assert row is not None
-    return str(row[0])
+    assert run_state(conn, 1) == "canceled"
 
 
 def test_retry_where_queues_finished_runs_again_and_records_each(

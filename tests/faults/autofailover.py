@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from tests.helpers import wait_until
-from tests.pgbouncer import free_port
+from tests.helpers import free_port, wait_until
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 PG_AUTOCTL = "/usr/bin/pg_autoctl"

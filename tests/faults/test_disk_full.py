@@ -29,7 +29,7 @@ import pytest
 
 import pgqueue
 from tests.faults.machine import fill, tmpfs
-from tests.helpers import InProcessWorker, scalar, wait_until
+from tests.helpers import InProcessWorker, run_states, scalar, wait_until
 from tests.private import private_server
 from tests.replication import server_user
 
@@ -70,13 +70,10 @@ def run_scenario(dsn: str, filler: Path, caplog: pytest.LogCaptureFixture) -> No
     def count() -> int:
         return int(scalar(dsn, "SELECT count(*) FROM pgqueue.runs"))
 
-    def states(ids: list[int]) -> list[str]:
-        return [scalar(dsn, "SELECT state FROM pgqueue.runs WHERE id = %s", (i,)) for i in ids]
-
     try:
         with InProcessWorker(app, concurrency=4, lease_seconds=60) as worker:
             held = [work.enqueue(n).id for n in range(4)]
-            wait_until(lambda: states(held) == ["running"] * 4, message="4 runs to start")
+            wait_until(lambda: run_states(dsn, held) == ["running"] * 4, message="4 runs to start")
 
             filled = fill(filler)
             print(f"filled the data directory's filesystem with {filled} bytes")
@@ -115,12 +112,12 @@ def run_scenario(dsn: str, filler: Path, caplog: pytest.LogCaptureFixture) -> No
             kept = worker.completer.unwritten
             print(f"outcomes kept by the completer while the disk was full: {kept}")
             assert kept > 0
-            assert states(held) == ["running"] * 4
+            assert run_states(dsn, held) == ["running"] * 4
             assert scalar(dsn, "SELECT count(result) FROM pgqueue.runs") == 0
 
             filler.unlink()  # space returns
             wait_until(
-                lambda: states(held) == ["succeeded"] * 4,
+                lambda: run_states(dsn, held) == ["succeeded"] * 4,
                 60,
                 message="the kept outcomes to be written",
             )
@@ -130,7 +127,9 @@ def run_scenario(dsn: str, filler: Path, caplog: pytest.LogCaptureFixture) -> No
             ]
             assert results == [BIG] * 4, results
             after = work.enqueue(5, big()).id
-            wait_until(lambda: states([after]) == ["succeeded"], 30, message="a new run served")
+            wait_until(
+                lambda: run_states(dsn, [after]) == ["succeeded"], 30, message="a new run served"
+            )
             assert executions == {0: 1, 1: 1, 2: 1, 3: 1, 5: 1}, executions
             assert count() == before + 1
     finally:

@@ -32,7 +32,7 @@ import pgqueue
 from tests.chaos import app as chaos
 from tests.faults import partition_app
 from tests.faults.netns import partitioned
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, run_states, scalar, wait_until
 from tests.history import Started, check, collect, report, variants
 from tests.private import private_server
 
@@ -53,10 +53,6 @@ def held_by(dsn: str, pid: int) -> int:
             (pid,),
         )
     )
-
-
-def states(dsn: str, ids: list[int]) -> list[str]:
-    return [scalar(dsn, "SELECT state FROM pgqueue.runs WHERE id = %s", (i,)) for i in ids]
 
 
 def executions(dsn: str, pid: int) -> int:
@@ -119,7 +115,7 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again(
         cut_at = time.monotonic()
         rescuer = stack.enter_context(WorkerProcess(dsn, APP, *OPTIONS, env=env)).wait_ready()
         wait_until(
-            lambda: states(dsn, ids) == ["succeeded"] * RUNS,
+            lambda: run_states(dsn, ids) == ["succeeded"] * RUNS,
             60,
             0.1,
             message="the host's worker to rescue and finish the runs",
@@ -134,7 +130,7 @@ def test_a_partitioned_worker_is_fenced_out_and_serves_again(
         assert rescuer.wait(30) == 0
         after = enqueue("after", 0.2)
         wait_until(
-            lambda: states(dsn, [after]) == ["succeeded"],
+            lambda: run_states(dsn, [after]) == ["succeeded"],
             60,
             0.1,
             message="the cut-off worker to serve a new run, without a restart",

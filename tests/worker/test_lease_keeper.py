@@ -7,7 +7,6 @@ import asyncio
 import gc
 import itertools
 import logging
-import socket
 import time
 import weakref
 from collections import Counter
@@ -23,7 +22,7 @@ from pgqueue.worker._transitions import Transitions
 from pgqueue.worker.attempt import Held
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
-from tests.helpers import scalar, wait_until
+from tests.helpers import free_port, scalar, wait_until
 from tests.worker import parts
 
 
@@ -220,10 +219,7 @@ def test_a_killed_connection_costs_no_failed_renewal(
 def test_retries_never_wait_past_a_third_of_what_is_left_of_the_lease(dsn: str) -> None:
     """With the database gone (a port nobody listens on), tries come at most a third of
     the remaining lease apart, so several land before the leases expire."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: connections are refused
-    nowhere = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"  # refused
     tries: list[float] = []
 
     class Counted(LeaseKeeper):

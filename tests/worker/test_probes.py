@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -14,13 +13,7 @@ import psycopg
 
 import pgqueue
 from pgqueue.worker.probes import Probes
-from tests.helpers import InProcessWorker, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import InProcessWorker, free_port, wait_until
 
 
 def get(port: int, path: str) -> tuple[int, dict[str, Any]]:

@@ -7,18 +7,9 @@ import pytest
 from pgqueue.worker import Worker
 from tests.apps.recycle import app as recycle_app
 from tests.apps.recycle import leak, noop
-from tests.helpers import WorkerProcess, scalar
+from tests.helpers import WorkerProcess, state_counts
 
 APP = "tests.apps.recycle:app"
-
-
-def states(dsn: str) -> dict[str, int]:
-    with_counts = scalar(
-        dsn,
-        "SELECT coalesce(jsonb_object_agg(state, n), '{}') FROM"
-        " (SELECT state, count(*) AS n FROM pgqueue.runs GROUP BY state) s",
-    )
-    return dict(with_counts)
 
 
 def test_max_runs_claims_exactly_n_then_exits_0(dsn: str) -> None:
@@ -28,7 +19,7 @@ def test_max_runs_claims_exactly_n_then_exits_0(dsn: str) -> None:
     with WorkerProcess(dsn, APP, "--max-runs", "5", "--concurrency", "8") as worker:
         assert worker.wait(30) == 0, worker.output()
         log = worker.output()
-    assert states(dsn) == {"succeeded": 5, "queued": 15}, log
+    assert state_counts(dsn) == {"succeeded": 5, "queued": 15}, log
     assert "5 runs claimed (max_runs): draining to exit" in log
     assert "stopped" in log
 
@@ -39,7 +30,7 @@ def test_max_memory_drains_a_leaking_worker_and_exits_0(dsn: str) -> None:
     with WorkerProcess(dsn, APP, "--max-memory", "200", "--concurrency", "1") as worker:
         assert worker.wait(60) == 0, worker.output()
         log = worker.output()
-    done = states(dsn)
+    done = state_counts(dsn)
     # every run it started finished (drained, not killed); most were left for a new one
     assert set(done) == {"succeeded", "queued"} and done["queued"] >= 10, (done, log)
     assert "over max_memory_mb 200: draining to exit" in log, log
