@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import ROOT, free_port, run_state, scalar, wait_until
+from tests.helpers import ROOT, free_port, run_state, scalar, scalar_conn, wait_until
 
 pytest.importorskip("selenium")
 
@@ -171,7 +171,7 @@ smtplib.SMTPServerDisconnected: Connection unexpectedly closed'
         SELECT 'build_report', 'reports', 'scheduled', now() + interval '2 hours'
         FROM generate_series(1, 3) i;
     """)
-    flow = scalar_id(
+    flow = scalar_conn(
         conn,
         "INSERT INTO pgqueue.runs (task, queue, state, attempt, wait_event, wait_key, "
         "wait_since, run_at, args) VALUES ('checkout', 'emails', 'waiting', 1, 'order.paid', "
@@ -192,7 +192,7 @@ smtplib.SMTPServerDisconnected: Connection unexpectedly closed'
         "VALUES ('send_email', 'emails', %s, 'succeeded', now())",
         (flow,),
     )
-    batch = scalar_id(
+    batch = scalar_conn(
         conn,
         "INSERT INTO pgqueue.batch_heads (on_complete, queue, total, created_at, sealed_at) "
         "VALUES ('send_digest', 'reports', 12, now() - interval '2 min', now()) RETURNING id",
@@ -209,12 +209,6 @@ smtplib.SMTPServerDisconnected: Connection unexpectedly closed'
     )
     conn.execute("ANALYZE pgqueue.runs")
     return {"flow": flow, "batch": batch}
-
-
-def scalar_id(conn: psycopg.Connection[Any], query: str) -> int:
-    row = conn.execute(query).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return int(row[0])
 
 
 def test_the_dashboard_in_a_browser(
