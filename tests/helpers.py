@@ -91,6 +91,24 @@ def state_counts(dsn: str) -> dict[str, int]:
 
 
 @contextlib.contextmanager
+def empty_database(server_params: dict[str, Any], name: str) -> Iterator[str]:
+    """A new, empty database on the test server (its DSN), named `name` and this process's
+    id (test sessions share the server), dropped on exit."""
+    name = f"{name}_{os.getpid()}"
+    params = {k: str(v) for k, v in server_params.items() if v is not None}
+    admin_dsn = make_conninfo(dbname="postgres", **params)
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(drop)
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dbname=name, **params)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(drop)
+
+
+@contextlib.contextmanager
 def embedded_server(prefix: str) -> Iterator[Any]:
     """A PostgreSQL server of the caller's own (pgqueue.db.embedded, which the test may
     stop and start), in a fresh temporary directory whose name starts with `prefix` (keep

@@ -12,6 +12,7 @@ import pytest
 
 import pgqueue
 from pgqueue.db import sql as _sql
+from tests.helpers import empty_database
 
 
 @pytest.fixture
@@ -247,16 +248,7 @@ def test_one_caller_at_a_time_keeps_to_one_pooled_connection(dsn: str) -> None:
 
 
 def test_unmigrated_database_says_what_to_do(server_params: dict[str, Any]) -> None:
-    from psycopg import sql
-
-    params = {k: v for k, v in server_params.items() if v is not None}
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute("DROP DATABASE IF EXISTS pgqueue_unmigrated")
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier("pgqueue_unmigrated")))
-    try:
-        from psycopg.conninfo import make_conninfo
-
-        dsn = make_conninfo(dbname="pgqueue_unmigrated", **{k: str(v) for k, v in params.items()})
+    with empty_database(server_params, "pgqueue_unmigrated") as dsn:
         app = pgqueue.App(dsn)
 
         @app.task
@@ -267,9 +259,6 @@ def test_unmigrated_database_says_what_to_do(server_params: dict[str, Any]) -> N
         with pytest.raises(pgqueue.NotMigrated, match="pgqueue migrate"):
             app.check_schema()
         app.close()
-    finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-            admin.execute("DROP DATABASE IF EXISTS pgqueue_unmigrated WITH (FORCE)")
 
 
 def test_cancel_and_retry(app: pgqueue.App, send: Any) -> None:

@@ -15,21 +15,14 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
-from pgqueue.cli import main
 from pgqueue.db import grants
 from pgqueue.db import sql as _sql
 from tests.apps.basic import EFFECTS_DDL
+from tests.cli.helpers import cli
 from tests.helpers import ROOT, WorkerProcess, scalar, wait_until
 
 _serial = itertools.count()
 MakeRole = Callable[..., tuple[str, str]]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return (exc.value.code if isinstance(exc.value.code, int) else 1), out, err
 
 
 def as_role(dsn: str, role: str) -> str:

@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue.cli import cli, main
+from tests.helpers import empty_database
 
 SECRET = "s3cretpw"
 # Arguments and required options, by parameter name: whatever a command needs to get as
@@ -127,19 +128,8 @@ def test_a_bad_dsn_is_one_line_without_the_password(
 
 @pytest.fixture
 def unmigrated(server_params: dict[str, Any]) -> Iterator[str]:
-    name = f"pgqueue_unmigrated_{os.getpid()}"
-    params = {k: str(v) for k, v in server_params.items() if v is not None}
-    admin_dsn = make_conninfo(dbname="postgres", **params)
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dbname=name, **params)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with empty_database(server_params, "pgqueue_unmigrated") as dsn:
+        yield dsn
 
 
 def test_an_unmigrated_database_says_to_migrate(

@@ -3,40 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue.db import migrate
 from tests.cli.helpers import assert_user_error, cli
-from tests.helpers import InProcessWorker, scalar
+from tests.helpers import InProcessWorker, empty_database, scalar
 
 
 @pytest.fixture
 def scratch(server_params: dict[str, Any]) -> Iterator[str]:
     """An empty database of its own (dropped after the test)."""
-    name = f"pgqueue_scratch_{os.getpid()}"
-    params = {k: str(v) for k, v in server_params.items() if v is not None}
-    admin_dsn = make_conninfo(dbname="postgres", **params)
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dbname=name, **params)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with empty_database(server_params, "pgqueue_scratch") as dsn:
+        yield dsn
 
 
 # A worker registered on another host (as pgqueue.worker.registration does).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +12,10 @@ import psycopg
 import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from pgqueue.cli import main
 from pgqueue.db import migrate
+from tests.helpers import empty_database
 
 
 def test_revision_files_form_the_chain_alembic_sees() -> None:
@@ -34,20 +32,10 @@ def database_at(server_params: dict[str, Any], revision: str) -> Iterator[str]:
     """A scratch database migrated up to `revision` (its DSN), dropped afterwards."""
     from alembic import command
 
-    params = {k: v for k, v in server_params.items() if v is not None}
-    name = f"pgqueue_upgrade{revision}_{os.getpid()}"
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute(drop)
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        dsn = make_conninfo(dbname=name, **{k: str(v) for k, v in params.items()})
+    with empty_database(server_params, f"pgqueue_upgrade{revision}") as dsn:
         with migrate._config(dsn) as cfg:
             command.upgrade(cfg, revision)
         yield dsn
-    finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-            admin.execute(drop)
 
 
 def test_upgrade_to_0006_flags_the_unfinished_runs_of_limited_queues(
