@@ -1,4 +1,6 @@
-"""Helpers for tests that run real worker processes."""
+"""The helpers that tests share, in one module: reading runs and their states, ports and
+scratch databases and servers, EXPLAIN plans, and real worker processes (in a subprocess
+or a thread). A helper that a second test module needs moves here."""
 
 from __future__ import annotations
 
