@@ -240,12 +240,6 @@ async def traced_attempt(
         return span.ended(await attempt(rt, held, task, expire))
 
 
-def in_thread(task: Task[Any, Any] | None) -> bool:
-    """Whether an attempt of `task` runs wholly in a worker thread (attempt_in_thread):
-    a sync task with no hook (a hook runs after the write, from the event loop)."""
-    return task is not None and not task.is_async and not task.has_hooks
-
-
 def attempt_in_thread(rt: Runtime, held: Held, task: Task[Any, Any]) -> Outcome | None:
     """attempt() for a sync task, run wholly in the worker thread that calls the task:
     no asyncio task or future per run, and the outcome built off the event loop. Its
@@ -327,6 +321,13 @@ async def _await_async(
         held.awaiting = None
         if timer is not None:
             timer.cancel()
+
+
+def hooked(task: Task[Any, Any] | None, outcome: Outcome) -> bool:
+    """A hook of the run's task follows this outcome's write."""
+    if task is None or not task.has_hooks:
+        return False  # most tasks: no hook at all, decided without a call
+    return hook_for(task, outcome) is not None
 
 
 def hook_for(task: Task[Any, Any], outcome: Outcome) -> tuple[str, Any] | None:

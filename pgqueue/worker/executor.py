@@ -130,7 +130,10 @@ class Executor:
             )
         in_thread = self.threaded.get(name)
         if in_thread is None:  # once per task name (a dict lookup per run after that)
-            in_thread = self.threaded[name] = _attempt.in_thread(task)
+            # wholly in a thread: a sync task with no hook (a hook runs after the write,
+            # from the event loop)
+            in_thread = task is not None and not task.is_async and not task.has_hooks
+            self.threaded[name] = in_thread
         if in_thread:
             self.start_in_thread(held)
             return
@@ -159,7 +162,7 @@ class Executor:
                     # overlaps this completion instead of waiting for it (a limited
                     # queue's permit comes back only when the outcome commits).
                     self.free(held)
-                    if not self.hooked(task, outcome):
+                    if not _attempt.hooked(task, outcome):
                         # Nothing left to do here once it is written: the completer
                         # settles it, and this task ends now (no second step per run).
                         self.completer.post(outcome, held)
@@ -167,7 +170,10 @@ class Executor:
                 if inv is not None and not inv.done():
                     # timed out, its thread runs on: the permit stays taken (permits.keep)
                     await self.permits.keep(held)
-                await self._write_then_hook(held, task, outcome)
+                written = await self.completer.submit(outcome)
+                self.written(held, outcome, written)
+                if written and task is not None:
+                    await _attempt.run_hook(self.runtime, held, task, outcome)
             inv = held.invocation
             if inv is not None and not inv.done() and not self.stopping.is_set():
                 # A timed-out sync task still runs in its thread: the run has moved on,
@@ -199,7 +205,7 @@ class Executor:
         held.submitted = True
         held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
         held.stop()
-        if not self.hooked(task, outcome):
+        if not _attempt.hooked(task, outcome):
             self.completer.post(outcome, held)
             return
         written = asyncio.ensure_future(self._write_then_hook(held, task, outcome))
@@ -213,12 +219,6 @@ class Executor:
         self.written(held, outcome, written)
         if written and task is not None:
             await _attempt.run_hook(self.runtime, held, task, outcome)
-
-    def hooked(self, task: Task[Any, Any] | None, outcome: Outcome) -> bool:
-        """A hook of the run's task follows this outcome's write."""
-        if task is None or not task.has_hooks:
-            return False  # most tasks: no hook at all, decided without a call
-        return _attempt.hook_for(task, outcome) is not None
 
     # -- sync attempts, wholly in their thread -----------------------------------------
 
