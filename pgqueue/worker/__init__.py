@@ -262,14 +262,18 @@ class Worker:
             executor.running,
             pooler=self.app.pooler,
         )
+        self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
         self.completer = Completer(
-            pool, self.id, executor.written, producer.wake, self.lease_keeper.left
+            pool,
+            self.id,
+            executor.written,
+            producer.wake,
+            self.lease_keeper.left,
+            deferred=self.stager.nudge,  # a sleep or backoff was written: due times moved
         )
         executor.open(self.completer, stop)
         limits = QueueLimits(pool)
         executor.permits.open(pool, limits)
-        self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
-        self.completer.deferred = self.stager.nudge  # a sleep or backoff was written
         self.listener = Listener(
             self.dsn,
             pool,

@@ -50,6 +50,7 @@ class Completer:
         written: Callable[[Held, Outcome, bool], None],
         wrote: Callable[[], None],
         lease_left: Callable[[], float] | None = None,
+        deferred: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.lease_left = lease_left
@@ -64,7 +65,7 @@ class Completer:
         self._settled.set()
         # told after a batch that made runs scheduled or waiting (a durable sleep, a
         # backoff, a wait with a deadline): the stager looks at its next due time again
-        self.deferred: Callable[[], None] | None = None
+        self.deferred = deferred
         self._deferred_pending = False
 
     async def submit(self, outcome: Outcome) -> bool:
