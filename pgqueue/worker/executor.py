@@ -89,6 +89,7 @@ class Executor:
         self.in_threads: set[Held] = set()
         self.threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
         self.threads_quiet: asyncio.Future[None] | None = None
+        self._expire = self.expire  # bound once: not a method object made per run
         # given by open(), on the loop, before the first claim
         self.completer: Completer = None  # type: ignore[assignment]
         self.stopping: asyncio.Event = None  # type: ignore[assignment]
@@ -148,9 +149,9 @@ class Executor:
         try:
             rt = self.runtime
             if rt.tracing is None:
-                outcome = await _attempt.attempt(rt, held, task, self.expire)
+                outcome = await _attempt.attempt(rt, held, task, self._expire)
             else:
-                outcome = await _attempt.traced_attempt(rt, held, task, self.expire, rt.tracing)
+                outcome = await _attempt.traced_attempt(rt, held, task, self._expire, rt.tracing)
             if outcome is None or held.lost:
                 if not held.submitted:  # else it timed out, and expire() wrote it
                     self.transitions.finished(held, None, False)
