@@ -75,8 +75,8 @@ def executor_for(
     freed: Callable[[], None],
 ) -> Executor:
     """The executor of a worker of `app`, given the narrow values it uses of the app: its
-    tasks, result limits, sync wrappers and tracing (as they are now), how it makes an
-    attempt's Context and a workflow's Durable."""
+    tasks, result limits, sync wrappers, where its tracing is (read at each attempt, as
+    before), how it makes an attempt's Context and a workflow's Durable."""
     names = sorted(app.tasks)
     runtime = Runtime(
         tasks=app.tasks,
@@ -86,7 +86,7 @@ def executor_for(
         threads=DaemonThreads(concurrency),
         sync_wrappers=app.sync_wrappers,
         wrap_sync=app.wrap_sync,
-        tracing=app.tracing,
+        traced=app,
     )
     return Executor(
         runtime,

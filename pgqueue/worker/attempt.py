@@ -13,7 +13,7 @@ import logging
 import traceback
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue.db import payload as _json
 from pgqueue.enqueue.checks import ValidationError
@@ -44,6 +44,13 @@ SyncWrap = Callable[[Context, Callable[[], Any]], Callable[[], Any]]
 Expire = Callable[[Held, float], None]
 
 
+class Traced(Protocol):
+    """Where the app's tracing is (pgqueue.contrib.otel, sentry), read at each attempt:
+    instrument() and uninstrument() may set or clear it while a worker runs."""
+
+    tracing: Tracing | None
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """What an attempt's steps use of the worker and its app, given once per worker."""
@@ -55,7 +62,7 @@ class Runtime:
     threads: DaemonThreads  # where sync task code runs
     sync_wrappers: Sequence[object]  # the app's: a sync call is wrapped only if any
     wrap_sync: SyncWrap
-    tracing: Tracing | None
+    traced: Traced  # the app: its `tracing`
 
 
 class AttemptTimeout(Exception):
@@ -267,7 +274,7 @@ def _call(
     Context as pgqueue.current() (and its last progress report written at the end)."""
     ctx: Context = held.ctx
     call = functools.partial(call_as, ctx, task.fn, *task.run_ctx_args(ctx, args), **kwargs)
-    if rt.tracing is not None:  # a thread of the pool: in the attempt span's context
+    if rt.traced.tracing is not None:  # a thread of the pool: in the attempt span's context
         call = functools.partial(contextvars.copy_context().run, call)
     return rt.wrap_sync(ctx, call) if rt.sync_wrappers else call
 

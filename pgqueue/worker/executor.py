@@ -148,10 +148,11 @@ class Executor:
     async def execute(self, held: Held, task: Task[Any, Any] | None) -> None:
         try:
             rt = self.runtime
-            if rt.tracing is None:
+            tracing = rt.traced.tracing
+            if tracing is None:
                 outcome = await _attempt.attempt(rt, held, task, self._expire)
             else:
-                outcome = await _attempt.traced_attempt(rt, held, task, self._expire, rt.tracing)
+                outcome = await _attempt.traced_attempt(rt, held, task, self._expire, tracing)
             if outcome is None or held.lost:
                 if not held.submitted:  # else it timed out, and expire() wrote it
                     self.transitions.finished(held, None, False)
@@ -201,8 +202,9 @@ class Executor:
             return
         exc = _attempt.AttemptTimeout(_attempt.timeout_message(timeout))
         outcome = _attempt.failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
-        if self.runtime.tracing is not None:
-            self.runtime.tracing.timed_out(held, outcome)
+        tracing = self.runtime.traced.tracing
+        if tracing is not None:
+            tracing.timed_out(held, outcome)
         held.submitted = True
         held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
         held.stop()
@@ -236,8 +238,9 @@ class Executor:
         """In the thread."""
         rt = self.runtime
         task = self.tasks[held.row.task]
-        if rt.tracing is not None:
-            with rt.tracing.attempt(held) as span:
+        tracing = rt.traced.tracing
+        if tracing is not None:
+            with tracing.attempt(held) as span:
                 return span.ended(_attempt.attempt_in_thread(rt, held, task))
         return _attempt.attempt_in_thread(rt, held, task)
 
@@ -285,8 +288,9 @@ class Executor:
         outcome = _attempt.raised(held, self.tasks[held.row.task], timeout)
         if outcome is None:
             return
-        if self.runtime.tracing is not None:
-            self.runtime.tracing.timed_out(held, outcome)
+        tracing = self.runtime.traced.tracing
+        if tracing is not None:
+            tracing.timed_out(held, outcome)
         if self.permits.limited(held.row.queue):
             # written once the thread's permit is filed: a limited queue's claims never
             # see a moment where neither the run nor its thread holds it
