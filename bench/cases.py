@@ -38,7 +38,7 @@ from bench.common import (
 )
 from bench.raw_listener import CHANNEL as RAW_CHANNEL
 from pgqueue.db import sql as _sql
-from pgqueue.worker._completer import Outcome
+from pgqueue.worker.records import Outcome
 from pgqueue.worker.semaphores import ClaimMarks
 
 try:  # a core from before completions were one jsonb document (bench --snapshot-rev)

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pgqueue.runs.handle import RunHandle
     from pgqueue.tasks.task import RunRow
-    from pgqueue.worker._completer import Outcome
-    from pgqueue.worker.attempt import Held
+    from pgqueue.worker.records import Held, Outcome
 
 
 class TracedEnqueue(Protocol):

@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from pgqueue.app import App
     from pgqueue.runs.handle import RunHandle
     from pgqueue.tasks.task import RunRow
-    from pgqueue.worker._completer import Outcome
-    from pgqueue.worker.attempt import Held
+    from pgqueue.worker.records import Held, Outcome
 
 __all__ = ["OtelTracing", "instrument", "uninstrument"]
 

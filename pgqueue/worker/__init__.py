@@ -15,23 +15,28 @@ maintenance/ - one module per periodic duty: the lease keeper (its own thread), 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import _logging
+from pgqueue import __version__, _logging
 from pgqueue.db import connect as db
 from pgqueue.ops.retention import DEFAULT_RETENTION, Retention
+from pgqueue.schedules import schedule as schedules
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
 from pgqueue.worker._service import Outage, quiet_pool_retries, use_outage
+from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
+from pgqueue.worker.attempt import Runtime
 from pgqueue.worker.defaults import ASYNC_CONCURRENCY as ASYNC_CONCURRENCY
 from pgqueue.worker.defaults import SYNC_CONCURRENCY as SYNC_CONCURRENCY
 from pgqueue.worker.defaults import default_concurrency
@@ -49,6 +54,7 @@ from pgqueue.worker.maintenance.worker_pruner import WorkerPruner
 from pgqueue.worker.notifications import Listener
 from pgqueue.worker.probes import Probes
 from pgqueue.worker.producer import Producer
+from pgqueue.workflows.durable import Durable
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -57,6 +63,41 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgqueue.worker")
 
 WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
+
+
+def executor_for(
+    app: App,
+    worker_id: uuid.UUID,
+    concurrency: int,
+    lease_seconds: float,
+    stats: Counter[str],
+    transitions: Transitions,
+    freed: Callable[[], None],
+) -> Executor:
+    """The executor of a worker of `app`, given the narrow values it uses of the app: its
+    tasks, result limits, sync wrappers, where its tracing is (read at each attempt, as
+    before), how it makes an attempt's Context and a workflow's Durable."""
+    names = sorted(app.tasks)
+    runtime = Runtime(
+        tasks=app.tasks,
+        tasks_label=",".join(names[:3]) + ("..." if len(names) > 3 else ""),
+        max_payload_bytes=app.max_payload_bytes,
+        max_json_depth=app.max_json_depth,
+        threads=DaemonThreads(concurrency),
+        sync_wrappers=app.sync_wrappers,
+        wrap_sync=app.wrap_sync,
+        traced=app,
+    )
+    return Executor(
+        runtime,
+        worker_id,
+        lease_seconds,
+        stats,
+        transitions,
+        app.make_context,
+        functools.partial(Durable, app),
+        freed,
+    )
 
 
 class Worker:
@@ -101,7 +142,7 @@ class Worker:
         self.app = app
         self.queues = list(queues) if queues else app.served_queues()
         if concurrency is None:
-            concurrency = default_concurrency(app, self.queues)
+            concurrency = default_concurrency(app.tasks.values(), self.queues)
         self.concurrency = concurrency
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
@@ -117,9 +158,10 @@ class Worker:
         self.stats: Counter[str] = Counter()
         self.transitions = Transitions(None)
         lease = self.lease_seconds
-        self.executor = Executor(app, self.id, concurrency, lease, self.stats, self.transitions)
+        self.executor = executor_for(
+            app, self.id, concurrency, lease, self.stats, self.transitions, self.wake
+        )
         self.producer = Producer(
-            app,
             self.executor,
             self.id,
             self.queues,
@@ -130,7 +172,6 @@ class Worker:
             max_runs=max_runs,
             max_memory_mb=max_memory_mb,
         )
-        self.executor.freed = self.producer.wake  # a slot freed: claim into it
         if any(t.workflow for t in app.tasks.values()) and app._pool is None:
             # Workflow steps write through the App's pool from their threads: with the
             # default 4 connections, 50 concurrent workflows would queue for them.
@@ -181,7 +222,18 @@ class Worker:
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).
         with shutdown.Signals(stop, self.grace, self.install_signal_handlers):
-            registration.register(self.app, self.id, self.queues, self.concurrency)
+            app = self.app
+            registration.register(
+                app.dsn,
+                app.pooler,
+                self.id,
+                self.queues,
+                self.concurrency,
+                declared=app.queues.values(),
+                tasks=sorted(app.tasks),
+                version=__version__,
+                sync_schedules=functools.partial(schedules.sync, app=app, queues=self.queues),
+            )
             self.dsn = connection.worker_dsn(self.app.dsn, self.app.pooler)
             pool = self._pool = connection.open_pool(self.dsn, self.id, self.app.pooler)
             await pool.open(wait=False)
@@ -210,14 +262,18 @@ class Worker:
             executor.running,
             pooler=self.app.pooler,
         )
+        self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
         self.completer = Completer(
-            pool, self.id, executor.written, producer.wake, self.lease_keeper.left
+            pool,
+            self.id,
+            executor.written,
+            producer.wake,
+            self.lease_keeper.left,
+            deferred=self.stager.nudge,  # a sleep or backoff was written: due times moved
         )
         executor.open(self.completer, stop)
         limits = QueueLimits(pool)
         executor.permits.open(pool, limits)
-        self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
-        self.completer.deferred = self.stager.nudge  # a sleep or backoff was written
         self.listener = Listener(
             self.dsn,
             pool,
@@ -253,7 +309,12 @@ class Worker:
         # the frames whose local `held` names the attempt running on the loop
         watch = LoopWatch(
             self.lease_seconds,
-            {_attempt.attempt.__code__, _attempt.run_hook.__code__, Executor.execute.__code__},
+            {
+                _attempt.attempt.__code__,
+                _attempt.run_hook.__code__,
+                Executor.execute.__code__,
+                Executor._write_then_hook.__code__,
+            },
         )
         watch.start()
         self.probes.running(watch, self.lease_keeper, self.dsn)

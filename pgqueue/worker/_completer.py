@@ -8,17 +8,13 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 from uuid import UUID
 
 from pgqueue.db import sql as _sql
 from pgqueue.states import RunState
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
-
-if TYPE_CHECKING:
-    from pgqueue.worker.attempt import Held
+from pgqueue.worker.records import Held, Outcome
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -26,29 +22,6 @@ log = logging.getLogger("pgqueue.worker")
 # state adds no attribute lookup and keeps the interpreter's fast str paths.
 SUCCEEDED = RunState.SUCCEEDED.value
 DEFERRED = (RunState.SCHEDULED.value, RunState.WAITING.value)  # states with a delay
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What became of one attempt. `state` is the run's next state. Not mutated once made
-    (not frozen: a frozen dataclass costs a setattr call per field, per run)."""
-
-    id: int
-    lease_token: str
-    state: str
-    result: str | None = None  # JSON text
-    error: str | None = None
-    error_kind: str | None = None
-    traceback: str | None = None
-    delay: float | None = 0.0
-    refund: bool = False
-    wait_event: str | None = None
-    wait_key: str | None = None
-    wait_since: datetime | None = None
-    wait_run_id: int | None = None
-    wake_at: datetime | None = None  # a durable wait's end, exactly (else now() + delay)
-    # the exception of a failed attempt, for app.tracing (error reporters); never written
-    exception: BaseException | None = None
 
 
 # Told, once an outcome is written (True) or fenced out (False): a future someone awaits,
@@ -77,6 +50,7 @@ class Completer:
         written: Callable[[Held, Outcome, bool], None],
         wrote: Callable[[], None],
         lease_left: Callable[[], float] | None = None,
+        deferred: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.lease_left = lease_left
@@ -91,7 +65,7 @@ class Completer:
         self._settled.set()
         # told after a batch that made runs scheduled or waiting (a durable sleep, a
         # backoff, a wait with a deadline): the stager looks at its next due time again
-        self.deferred: Callable[[], None] | None = None
+        self.deferred = deferred
         self._deferred_pending = False
 
     async def submit(self, outcome: Outcome) -> bool:

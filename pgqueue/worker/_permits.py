@@ -15,8 +15,8 @@ from pgqueue.db import sql as _sql
 from pgqueue.worker._service import DB_ERRORS, Pool, outage_delay, reached
 
 if TYPE_CHECKING:
-    from pgqueue.worker.attempt import Held
     from pgqueue.worker.maintenance.queue_limits import QueueLimits
+    from pgqueue.worker.records import Held
 
 log = logging.getLogger("pgqueue.worker")
 

@@ -9,8 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from pgqueue.states import RunState
-from pgqueue.worker._completer import Outcome
-from pgqueue.worker.attempt import Held
+from pgqueue.worker.records import Held, Outcome
 
 if TYPE_CHECKING:
     from pgqueue.ops.metrics import WorkerMetrics

@@ -1,5 +1,8 @@
-"""One attempt of one run: call the task (thread or event loop), enforce its timeout, and
-turn what happened into an Outcome for the completer."""
+"""One attempt of one run, as steps that each take what they use and return a value: decode
+(undecodable), validate (checked), invoke (attempt, attempt_in_thread), classify what
+happened into an Outcome (raised, returned) and the hook that follows a written outcome
+(hook_for, run_hook). Executor (executor.py) calls them in that order; none calls back
+into it."""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ import functools
 import logging
 import traceback
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue.db import payload as _json
 from pgqueue.enqueue.checks import ValidationError
@@ -18,14 +21,14 @@ from pgqueue.errors import InvalidArguments, LeaseLost, NonRetryable, RetryAfter
 from pgqueue.states import RunState
 from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks.task import Task
-from pgqueue.worker._claimed import Claimed
-from pgqueue.worker._completer import Outcome
+from pgqueue.worker.connection import Undecodable
+from pgqueue.worker.records import Held, Outcome
 from pgqueue.workflows.context import _CURRENT, Context, call_as
-from pgqueue.workflows.durable import Durable, Suspend
+from pgqueue.workflows.durable import Suspend
 
 if TYPE_CHECKING:
     from pgqueue._tracing import Tracing
-    from pgqueue.worker.executor import Executor
+    from pgqueue.worker._threads import DaemonThreads
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -36,37 +39,38 @@ QUEUED = RunState.QUEUED.value
 SUCCEEDED = RunState.SUCCEEDED.value
 FAILED = RunState.FAILED.value
 
+SyncWrap = Callable[[Context, Callable[[], Any]], Callable[[], Any]]
+# An async attempt's timeout: expire(held, timeout), on the loop (Executor.expire)
+Expire = Callable[[Held, float], None]
+
+
+class Traced(Protocol):
+    """Where the app's tracing is (pgqueue.contrib.otel, sentry), read at each attempt:
+    instrument() and uninstrument() may set or clear it while a worker runs."""
+
+    tracing: Tracing | None
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What an attempt's steps use of the worker and its app, given once per worker."""
+
+    tasks: Mapping[str, Task[Any, Any]]  # the app's tasks, by name
+    tasks_label: str  # a few task names, for the message of an unknown task
+    max_payload_bytes: int  # a result's limits (the app's)
+    max_json_depth: int
+    threads: DaemonThreads  # where sync task code runs
+    sync_wrappers: Sequence[object]  # the app's: a sync call is wrapped only if any
+    wrap_sync: SyncWrap
+    traced: Traced  # the app: its `tracing`
+
 
 class AttemptTimeout(Exception):
     """The attempt ran past its task's timeout."""
 
 
-@dataclass(eq=False, slots=True)
-class Held:
-    """A run this worker holds under a lease."""
-
-    id: int
-    lease_token: str  # as claim.sql returns it: text, only ever handed back
-    row: Claimed
-    ctx: Context
-    invocation: asyncio.Future[Any] | None = None  # a sync task's call in its thread
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
-    # the worker's asyncio task for this attempt, while it awaits an async task's code
-    awaiting: asyncio.Task[Any] | None = field(default=None, repr=False)
-    submitted: bool = False  # its outcome went to the completer (which lists its lease)
-    # write nothing (more): lease lost, run canceled, or (with submitted) the attempt's
-    # timeout failure already went to the completer while its code still runs
-    lost: bool = False
-    released: bool = False  # handed back at shutdown
-    # an attempt run wholly in a thread (attempt_in_thread): its timeout, on the loop
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-
-    def stop(self) -> None:
-        """Ask the attempt to stop: ctx.cancelled for everyone, real cancellation for
-        async tasks. A thread cannot be stopped; its slot stays busy until it returns."""
-        self.ctx._cancel()
-        if self.awaiting is not None and not self.awaiting.done():
-            self.awaiting.cancel()
+def timeout_message(timeout: float) -> str:
+    return f"attempt exceeded the task's timeout of {timeout:g}s"
 
 
 def failure(
@@ -107,10 +111,27 @@ def failure(
     )
 
 
+def undecodable(held: Held) -> Outcome | None:
+    """The failure, at once and for good, of a run whose stored arguments could not be
+    decoded (another attempt would fail the same way); None for any other run."""
+    row = held.row
+    args: Any = row.args  # typed as the loader gives them when it can
+    kwargs: Any = row.kwargs
+    if type(args) is Undecodable:
+        what, bad = "args", args
+    elif type(kwargs) is Undecodable:
+        what, bad = "kwargs", kwargs
+    else:
+        return None
+    message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
+    log.error("run %s (%s): %s", row.id, row.task, message)
+    return failure(held, "invalid_arguments", message, retry=None, with_traceback=False)
+
+
 Arguments = tuple[Sequence[Any], Mapping[str, Any]]
 
 
-def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outcome | Arguments:
+def checked(rt: Runtime, held: Held, task: Task[Any, Any] | None) -> Outcome | Arguments:
     """The arguments the task is called with (its validator's values), or the failure of
     an attempt that cannot start (unknown task, invalid arguments)."""
     row = held.row
@@ -119,7 +140,7 @@ def _check(executor: Executor, held: Held, task: Task[Any, Any] | None) -> Outco
             held,
             "unknown_task",
             f"unknown task {row.task!r}: no task of that name is registered in the app "
-            f"this worker runs ({executor.app_label}); deploy it or cancel the run",
+            f"this worker runs ({rt.tasks_label}); deploy it or cancel the run",
             retry=DEFAULT_RETRY,
         )
     try:
@@ -164,7 +185,7 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
     return failure(held, "error", exc, retry=task.retry)
 
 
-def _returned(executor: Executor, held: Held, task: Task[Any, Any], result: Any) -> Outcome | None:
+def returned(rt: Runtime, held: Held, task: Task[Any, Any], result: Any) -> Outcome | None:
     """The outcome of an attempt whose task returned `result` (None: write nothing)."""
     if held.lost or held.released:
         return None
@@ -174,33 +195,38 @@ def _returned(executor: Executor, held: Held, task: Task[Any, Any], result: Any)
         text = _json.dumps(
             result,
             what=f"the result of task {task.name!r}",
-            limit=executor.app.max_payload_bytes,
-            max_depth=executor.app.max_json_depth,
+            limit=rt.max_payload_bytes,
+            max_depth=rt.max_json_depth,
         )
     except (TypeError, ValueError) as exc:
         return failure(held, "bad_result", exc, retry=None, with_traceback=False)
     return Outcome(held.id, held.lease_token, SUCCEEDED, result=text)
 
 
-async def attempt(executor: Executor, held: Held) -> Outcome | None:
-    """Run one attempt. None means: write nothing (lease lost, canceled or released)."""
-    task = executor.app.tasks.get(held.row.task)
-    checked = _check(executor, held, task)
-    if type(checked) is Outcome or task is None:
-        return checked  # type: ignore[return-value]
-    args, kwargs = checked  # type: ignore[misc]
+async def attempt(
+    rt: Runtime, held: Held, task: Task[Any, Any] | None, expire: Expire
+) -> Outcome | None:
+    """Run one attempt in the worker's asyncio task for it (an async task, or a sync one
+    with a hook). None means: write nothing (lease lost, canceled or released). `expire`
+    is called on the loop if an async task runs past its timeout."""
+    ctx: Context = held.ctx
+    found = checked(rt, held, task)
+    if type(found) is Outcome or task is None:
+        return found  # type: ignore[return-value]
+    args, kwargs = found  # type: ignore[misc]
     try:
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
             # this attempt's own asyncio task (Executor.execute): its own context
-            _CURRENT.set(held.ctx)
+            _CURRENT.set(ctx)
             coro = task.fn(*args, **kwargs)  # never a workflow: those are sync (Task)
             try:
-                result = await _await_async(executor, held, coro, held.row.timeout_seconds)
+                result = await _await_async(held, coro, held.row.timeout_seconds, expire)
             finally:
-                if held.ctx._progress is not None and held.ctx._progress.dirty:
-                    await asyncio.to_thread(held.ctx._progress.flush)
+                writer = ctx.progress_writer
+                if writer is not None and writer.dirty:
+                    await asyncio.to_thread(writer.flush)
         else:
-            result = await _invoke_in_thread(executor, held, task, args, kwargs)
+            result = await _invoke_in_thread(rt, held, task, args, kwargs)
     except asyncio.CancelledError:
         if held.lost or held.released:
             return None
@@ -209,40 +235,36 @@ async def attempt(executor: Executor, held: Held) -> Outcome | None:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: see raised()
         return raised(held, task, exc)
-    return _returned(executor, held, task, result)
+    return returned(rt, held, task, result)
 
 
-async def traced_attempt(executor: Executor, held: Held, tracing: Tracing) -> Outcome | None:
+async def traced_attempt(
+    rt: Runtime, held: Held, task: Task[Any, Any] | None, expire: Expire, tracing: Tracing
+) -> Outcome | None:
     """attempt() inside the app's attempt span (pgqueue.contrib.otel): the task's own
     spans are its children, and the span records the outcome."""
     with tracing.attempt(held) as span:
-        return span.ended(await attempt(executor, held))
+        return span.ended(await attempt(rt, held, task, expire))
 
 
-def in_thread(task: Task[Any, Any] | None) -> bool:
-    """Whether an attempt of `task` runs wholly in a worker thread (attempt_in_thread):
-    a sync task with no hook (a hook runs after the write, from the event loop)."""
-    return task is not None and not task.is_async and not task.has_hooks
-
-
-def attempt_in_thread(executor: Executor, held: Held, task: Task[Any, Any]) -> Outcome | None:
+def attempt_in_thread(rt: Runtime, held: Held, task: Task[Any, Any]) -> Outcome | None:
     """attempt() for a sync task, run wholly in the worker thread that calls the task:
     no asyncio task or future per run, and the outcome built off the event loop. Its
     timeout is kept by the loop (Executor.time_out), which writes the failure while this
     thread runs on. None means: write nothing."""
-    checked = _check(executor, held, task)
-    if type(checked) is Outcome:
-        return checked
-    args, kwargs = checked  # type: ignore[misc]
+    found = checked(rt, held, task)
+    if type(found) is Outcome:
+        return found
+    args, kwargs = found  # type: ignore[misc]
     try:
-        result = _call(executor, held, task, args, kwargs)()
+        result = _call(rt, held, task, args, kwargs)()
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this run's failure
         return raised(held, task, exc)
-    return _returned(executor, held, task, result)
+    return returned(rt, held, task, result)
 
 
 def _call(
-    executor: Executor,
+    rt: Runtime,
     held: Held,
     task: Task[Any, Any],
     args: Sequence[Any],
@@ -250,26 +272,15 @@ def _call(
 ) -> Callable[[], Any]:
     """A sync task's call for this attempt, inside the app's sync wrappers, with its
     Context as pgqueue.current() (and its last progress report written at the end)."""
-    if task.workflow:
-        held.ctx._durable = Durable(
-            executor.app,
-            held.id,
-            held.lease_token,
-            held.row.attempt,
-            has_steps=held.row.has_steps,
-            holds=functools.partial(executor.holds, held),
-        )
-    call = functools.partial(
-        call_as, held.ctx, task.fn, *task.run_ctx_args(held.ctx, args), **kwargs
-    )
-    app = executor.app
-    if app.tracing is not None:  # a thread of the pool: in the attempt span's context
+    ctx: Context = held.ctx
+    call = functools.partial(call_as, ctx, task.fn, *task.run_ctx_args(ctx, args), **kwargs)
+    if rt.traced.tracing is not None:  # a thread of the pool: in the attempt span's context
         call = functools.partial(contextvars.copy_context().run, call)
-    return app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
+    return rt.wrap_sync(ctx, call) if rt.sync_wrappers else call
 
 
 async def _invoke_in_thread(
-    executor: Executor,
+    rt: Runtime,
     held: Held,
     task: Task[Any, Any],
     args: Sequence[Any],
@@ -278,7 +289,7 @@ async def _invoke_in_thread(
     """A sync task with a hook (attempt_in_thread runs those without one): the call in a
     thread, awaited here."""
     timeout = held.row.timeout_seconds
-    held.invocation = executor.threads.submit(_call(executor, held, task, args, kwargs))
+    held.invocation = rt.threads.submit(_call(rt, held, task, args, kwargs))
     if timeout is None:
         return await held.invocation  # nothing cancels the attempt's asyncio task
     # A thread cannot be stopped: on timeout we stop waiting, flag ctx.cancelled, and
@@ -291,18 +302,14 @@ async def _invoke_in_thread(
         raise AttemptTimeout(timeout_message(timeout)) from None
 
 
-def timeout_message(timeout: float) -> str:
-    return f"attempt exceeded the task's timeout of {timeout:g}s"
-
-
 async def _await_async(
-    executor: Executor, held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None
+    held: Held, coro: Coroutine[Any, Any, Any], timeout: float | None, expire: Expire
 ) -> Any:
     """Await an async task's coroutine in the attempt's own asyncio task (no task of its
     own: one less per run, and a coroutine that does not suspend finishes at once).
     Held.stop() cancels the attempt's task while `held.awaiting` is set, i.e. only while
     the task's code runs; attempt() then writes nothing (the run is lost or released, or
-    its timeout's failure was handed in by _expire)."""
+    its timeout's failure was handed in by `expire`)."""
     # the attempt's own task (Executor.execute), known without asking the loop
     current = held.task if held.task is not None else asyncio.current_task()
     held.awaiting = current
@@ -310,7 +317,7 @@ async def _await_async(
     # have its timeout recorded. The timer writes the failure whatever the code does.
     timer = None
     if timeout is not None:
-        timer = asyncio.get_running_loop().call_later(timeout, _expire, executor, held, timeout)
+        timer = asyncio.get_running_loop().call_later(timeout, expire, held, timeout)
     try:
         return await coro
     except asyncio.CancelledError:
@@ -323,21 +330,11 @@ async def _await_async(
             timer.cancel()
 
 
-def _expire(executor: Executor, held: Held, timeout: float) -> None:
-    """On the loop: an async attempt ran past its task's timeout. Its failure goes to the
-    completer now, whether or not the coroutine lets itself be cancelled; its slot stays
-    busy until the coroutine ends (Executor.execute frees it)."""
-    task = executor.app.tasks.get(held.row.task)
-    if held.submitted or held.lost or held.released or task is None:
-        return
-    exc = AttemptTimeout(timeout_message(timeout))
-    outcome = failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
-    if executor.app.tracing is not None:
-        executor.app.tracing.timed_out(held, outcome)
-    held.submitted = True
-    held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
-    held.stop()
-    executor.timed_out(held, outcome)
+def hooked(task: Task[Any, Any] | None, outcome: Outcome) -> bool:
+    """A hook of the run's task follows this outcome's write."""
+    if task is None or not task.has_hooks:
+        return False  # most tasks: no hook at all, decided without a call
+    return hook_for(task, outcome) is not None
 
 
 def hook_for(task: Task[Any, Any], outcome: Outcome) -> tuple[str, Any] | None:
@@ -354,28 +351,25 @@ def hook_for(task: Task[Any, Any], outcome: Outcome) -> tuple[str, Any] | None:
     return None
 
 
-async def run_hook(executor: Executor, held: Held, outcome: Outcome) -> None:
+async def run_hook(rt: Runtime, held: Held, task: Task[Any, Any], outcome: Outcome) -> None:
     """on_success / on_failure / on_retry, once the outcome's write is confirmed. Their
     errors are logged and never change the run's outcome."""
-    task = executor.app.tasks.get(held.row.task)
-    found = None if task is None else hook_for(task, outcome)
-    if task is None or found is None:
+    found = hook_for(task, outcome)
+    if found is None:
         return
     which, hook = found
+    ctx: Context = held.ctx
     value = _json.loads(outcome.result or "null") if which == "on_success" else outcome.error
     try:
         if asyncio.iscoroutinefunction(hook):
-            token = _CURRENT.set(held.ctx)
+            token = _CURRENT.set(ctx)
             try:
-                await hook(held.ctx, value)
+                await hook(ctx, value)
             finally:
                 _CURRENT.reset(token)
         else:
-            call = functools.partial(call_as, held.ctx, hook, held.ctx, value)
-            app = executor.app
-            await executor.threads.submit(
-                app.wrap_sync(held.ctx, call) if app.sync_wrappers else call
-            )
+            call = functools.partial(call_as, ctx, hook, ctx, value)
+            await rt.threads.submit(rt.wrap_sync(ctx, call) if rt.sync_wrappers else call)
     except (asyncio.CancelledError, GeneratorExit):
         raise
     except BaseException:  # SystemExit, KeyboardInterrupt too: task code cannot stop us

@@ -80,14 +80,12 @@ class Undecodable:
     """What loads_json gives for a document it cannot decode (too deep for Python's
     decoder, not JSON), instead of raising: psycopg decodes a claim's rows all at once,
     after the claim committed, and one bad document must not orphan the whole batch.
-    The executor fails the runs that hold one (Executor.refuse_undecodable)."""
+    The executor fails the runs that hold one (attempt.undecodable)."""
 
     __slots__ = ("why",)
-    made = 0  # ever made, in this process: a claim looks for them only when this moved
 
     def __init__(self, why: str) -> None:
         self.why = why
-        Undecodable.made += 1
 
 
 def loads_json(data: str | bytes) -> Any:

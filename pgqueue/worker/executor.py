@@ -1,55 +1,81 @@
-"""The executor: owns each attempt's whole life, from the claimed row the producer hands it
-to the outcome the completer writes. Async attempts run in an asyncio task on the loop;
-sync attempts of tasks without hooks run wholly in a worker thread (no asyncio task per
-run); timeouts, hooks, lost leases, runs whose arguments cannot be decoded and the
-permits of threads that outlive their attempt are all kept here. The attempt itself (call
-the task, turn what happened into an Outcome) is attempt.py's."""
+"""The executor: the one owner of a claimed run's life, from the row the producer hands it
+(start) to the outcome the completer writes, its slot free and its permit released.
+Async attempts run in an asyncio task on the loop; sync attempts of tasks without hooks
+run wholly in a worker thread (no asyncio task per run); timeouts, hooks, lost leases,
+runs whose arguments cannot be decoded and the permits of threads that outlive their
+attempt are all kept here. The attempt's steps (validate, call the task, turn what
+happened into an Outcome, the hook) are attempt.py's functions, which return values."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgqueue.worker import attempt as _attempt
-from pgqueue.worker import connection
-from pgqueue.worker._claimed import Claimed
-from pgqueue.worker._completer import Completer, Outcome
+from pgqueue.worker._completer import Completer
 from pgqueue.worker._permits import ZombiePermits
-from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
-from pgqueue.worker.attempt import Held
+from pgqueue.worker.attempt import Runtime
+from pgqueue.worker.records import Claimed, Held, Outcome
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.tasks.task import Task
+    from pgqueue.workflows.context import Context
+    from pgqueue.workflows.durable import Durable
 
 log = logging.getLogger("pgqueue.worker")
 
+# The attempt's context for a claimed run: make_context(row, worker_id) (the app's)
+MakeContext = Callable[[Claimed, UUID], "Context"]
+
+
+def task_starter(
+    loop: asyncio.AbstractEventLoop,
+) -> Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]:
+    """How Executor.start starts an attempt's asyncio task. On Python 3.12+ the task
+    starts eagerly: its first step runs at once, inside the task (asyncio.current_task()
+    is the task itself, as it is for any task), and an attempt that finishes without
+    suspending never goes through the loop's ready queue, which saves worker CPU on every
+    run (bench/RESULTS.md). On 3.11 there is no correct way to do that (a task cannot be
+    created without being scheduled), so it is the loop's own create_task
+    (asyncio.create_task would look the loop up and name the task, per run)."""
+    if sys.version_info >= (3, 12):
+        return functools.partial(asyncio.Task, loop=loop, eager_start=True)
+    return loop.create_task
+
 
 class Executor:
-    """Runs the attempts this worker holds (`held`), at most `concurrency` threads for sync
-    tasks. `freed()` is called whenever a slot frees (the producer's wake: it claims into
-    it)."""
+    """Runs the attempts this worker holds (`held`), their sync code in `runtime.threads`.
+    `freed()` is called whenever a slot frees (the producer's wake: it claims into it);
+    `make_context` and `make_durable` build an attempt's Context and, for a workflow, its
+    stored side (Durable(app, ...) less the app)."""
 
     def __init__(
         self,
-        app: App,
+        runtime: Runtime,
         worker_id: UUID,
-        concurrency: int,
         lease_seconds: float,
         stats: Counter[str],
         transitions: Transitions,
+        make_context: MakeContext,
+        make_durable: Callable[..., Durable],
+        freed: Callable[[], None],
     ) -> None:
-        self.app = app
+        self.runtime = runtime
+        self.tasks = runtime.tasks
+        self.threads = runtime.threads
         self.worker_id = worker_id
-        self.app_label = ",".join(sorted(app.tasks)[:3]) + ("..." if len(app.tasks) > 3 else "")
         self.stats = stats
         self.transitions = transitions
-        self.freed: Callable[[], None] = _nothing
-        self.threads = DaemonThreads(concurrency)
+        self.make_context = make_context
+        self.make_durable = make_durable
+        self.freed = freed
         self.lease_seconds = lease_seconds
         self.permits = ZombiePermits(worker_id, lease_seconds)
         # Attempts this process holds (a run retried onto this worker while an abandoned
@@ -63,28 +89,72 @@ class Executor:
         self.in_threads: set[Held] = set()
         self.threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
         self.threads_quiet: asyncio.Future[None] | None = None
+        self._expire = self.expire  # bound once: not a method object made per run
         # given by open(), on the loop, before the first claim
         self.completer: Completer = None  # type: ignore[assignment]
         self.stopping: asyncio.Event = None  # type: ignore[assignment]
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._start_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = None  # type: ignore[assignment]
 
     def open(self, completer: Completer, stopping: asyncio.Event) -> None:
         """On the loop: where outcomes go, and the event set once the worker stops."""
         self.completer = completer
         self.stopping = stopping
         self._loop = asyncio.get_running_loop()
+        self._start_task = task_starter(self._loop)
+
+    # -- the hand-over -----------------------------------------------------------------
+
+    def start(self, claimed: Claimed) -> None:
+        """Take over a claimed run (the producer's hand-over): it holds a slot until its
+        outcome is handed to the completer (freed() then) and its attempt runs now, wholly
+        in a thread (start_in_thread) or in an asyncio task (execute)."""
+        held = Held(
+            claimed.id, claimed.lease_token, claimed, self.make_context(claimed, self.worker_id)
+        )
+        self.transitions.started(held)
+        refused = _attempt.undecodable(held)
+        if refused is not None:
+            held.submitted = True
+            self.completer.post(refused, held)
+            return
+        self.held.add(held)
+        name = claimed.task
+        task = self.tasks.get(name)
+        if task is not None and task.workflow:
+            held.ctx.durable = self.make_durable(
+                claimed.id,
+                claimed.lease_token,
+                claimed.attempt,
+                has_steps=claimed.has_steps,
+                holds=functools.partial(self.holds, held),
+            )
+        in_thread = self.threaded.get(name)
+        if in_thread is None:  # once per task name (a dict lookup per run after that)
+            # wholly in a thread: a sync task with no hook (a hook runs after the write,
+            # from the event loop)
+            in_thread = task is not None and not task.is_async and not task.has_hooks
+            self.threaded[name] = in_thread
+        if in_thread:
+            self.start_in_thread(held)
+            return
+        started = self._start_task(self.execute(held, task))
+        if not started.done():  # an eager start (task_starter) may have finished it
+            held.task = started
+            self.executing.add(started)
 
     # -- async attempts (and sync ones with a hook), in an asyncio task ----------------
 
-    async def execute(self, held: Held) -> None:
+    async def execute(self, held: Held, task: Task[Any, Any] | None) -> None:
         try:
-            self.transitions.started(held)
-            if self.app.tracing is None:
-                outcome = await _attempt.attempt(self, held)
+            rt = self.runtime
+            tracing = rt.traced.tracing
+            if tracing is None:
+                outcome = await _attempt.attempt(rt, held, task, self._expire)
             else:
-                outcome = await _attempt.traced_attempt(self, held, self.app.tracing)
+                outcome = await _attempt.traced_attempt(rt, held, task, self._expire, tracing)
             if outcome is None or held.lost:
-                if not held.submitted:  # else it timed out, and timed_out() wrote it
+                if not held.submitted:  # else it timed out, and expire() wrote it
                     self.transitions.finished(held, None, False)
             else:
                 held.submitted = True
@@ -94,7 +164,7 @@ class Executor:
                     # overlaps this completion instead of waiting for it (a limited
                     # queue's permit comes back only when the outcome commits).
                     self.free(held)
-                    if not self.hooked(held, outcome):
+                    if not _attempt.hooked(task, outcome):
                         # Nothing left to do here once it is written: the completer
                         # settles it, and this task ends now (no second step per run).
                         self.completer.post(outcome, held)
@@ -104,11 +174,10 @@ class Executor:
                     await self.permits.keep(held)
                 written = await self.completer.submit(outcome)
                 self.written(held, outcome, written)
-                if written:
-                    await _attempt.run_hook(self, held, outcome)
+                if written and task is not None:
+                    await _attempt.run_hook(self.runtime, held, task, outcome)
             inv = held.invocation
-            stopping = self.stopping is not None and self.stopping.is_set()
-            if inv is not None and not inv.done() and not stopping:
+            if inv is not None and not inv.done() and not self.stopping.is_set():
                 # A timed-out sync task still runs in its thread: the run has moved on,
                 # but this slot stays busy until the function returns. Not when stopping:
                 # a released run must not keep the process (and its thread) alive.
@@ -124,50 +193,56 @@ class Executor:
             if held.task is not None:  # this task (set once its first step suspended)
                 self.executing.discard(held.task)
 
-    def timed_out(self, held: Held, outcome: Outcome) -> None:
-        """An async attempt ran past its timeout (attempt._expire): its failure is
-        written now and its hook follows; the slot stays busy until its coroutine ends,
-        however long it ignores its cancellation."""
-        if not self.hooked(held, outcome):
+    def expire(self, held: Held, timeout: float) -> None:
+        """On the loop: an async attempt ran past its task's timeout. Its failure goes to
+        the completer now, whether or not the coroutine lets itself be cancelled, and its
+        hook follows; its slot stays busy until the coroutine ends (execute frees it)."""
+        task = self.tasks.get(held.row.task)
+        if held.submitted or held.lost or held.released or task is None:
+            return
+        exc = _attempt.AttemptTimeout(_attempt.timeout_message(timeout))
+        outcome = _attempt.failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
+        tracing = self.runtime.traced.tracing
+        if tracing is not None:
+            tracing.timed_out(held, outcome)
+        held.submitted = True
+        held.lost = True  # before stop(): the cancellation is ours, and nothing more is written
+        held.stop()
+        if not _attempt.hooked(task, outcome):
             self.completer.post(outcome, held)
             return
-        task = asyncio.ensure_future(self._write_then_hook(held, outcome))
-        self.executing.add(task)  # shutdown.drain() waits for it, as for any hook
-        task.add_done_callback(self.executing.discard)
+        written = asyncio.ensure_future(self._write_then_hook(held, task, outcome))
+        self.executing.add(written)  # shutdown.drain() waits for it, as for any hook
+        written.add_done_callback(self.executing.discard)
 
-    async def _write_then_hook(self, held: Held, outcome: Outcome) -> None:
+    async def _write_then_hook(
+        self, held: Held, task: Task[Any, Any] | None, outcome: Outcome
+    ) -> None:
         written = await self.completer.submit(outcome)
         self.written(held, outcome, written)
-        if written:
-            await _attempt.run_hook(self, held, outcome)
-
-    def hooked(self, held: Held, outcome: Outcome) -> bool:
-        """A hook of the run's task follows this outcome's write."""
-        task = self.app.tasks.get(held.row.task)
-        if task is None or not task.has_hooks:
-            return False  # most tasks: no hook at all, decided without a call
-        return _attempt.hook_for(task, outcome) is not None
+        if written and task is not None:
+            await _attempt.run_hook(self.runtime, held, task, outcome)
 
     # -- sync attempts, wholly in their thread -----------------------------------------
 
     def start_in_thread(self, held: Held) -> None:
         """Hand a sync attempt to a thread (attempt.attempt_in_thread); _from_thread
         takes its outcome on the loop. No asyncio task or future per run."""
-        self.transitions.started(held)
         self.in_threads.add(held)
         timeout = held.row.timeout_seconds
         if timeout is not None:
-            assert self._loop is not None
             held.timer = self._loop.call_later(timeout, self.time_out, held)
         self.threads.post(self._attempt_in_thread, held, self._from_thread)
 
     def _attempt_in_thread(self, held: Held) -> Outcome | None:
         """In the thread."""
-        task = self.app.tasks[held.row.task]
-        if self.app.tracing is not None:
-            with self.app.tracing.attempt(held) as span:
-                return span.ended(_attempt.attempt_in_thread(self, held, task))
-        return _attempt.attempt_in_thread(self, held, task)
+        rt = self.runtime
+        task = self.tasks[held.row.task]
+        tracing = rt.traced.tracing
+        if tracing is not None:
+            with tracing.attempt(held) as span:
+                return span.ended(_attempt.attempt_in_thread(rt, held, task))
+        return _attempt.attempt_in_thread(rt, held, task)
 
     def _from_thread(self, held: Held, outcome: Outcome | None, exc: BaseException | None) -> None:
         """On the loop: the thread's attempt returned."""
@@ -210,43 +285,18 @@ class Executor:
         held.submitted = True
         timeout = _attempt.AttemptTimeout(_attempt.timeout_message(held.row.timeout_seconds or 0.0))
         # as an async attempt's timeout: ctx.cancelled set, the failure per retry policy
-        outcome = _attempt.raised(held, self.app.tasks[held.row.task], timeout)
+        outcome = _attempt.raised(held, self.tasks[held.row.task], timeout)
         if outcome is None:
             return
-        if self.app.tracing is not None:
-            self.app.tracing.timed_out(held, outcome)
+        tracing = self.runtime.traced.tracing
+        if tracing is not None:
+            tracing.timed_out(held, outcome)
         if self.permits.limited(held.row.queue):
             # written once the thread's permit is filed: a limited queue's claims never
             # see a moment where neither the run nor its thread holds it
             self.permits.keep(held).add_done_callback(lambda _: self.completer.post(outcome, held))
         else:
             self.completer.post(outcome, held)
-
-    def refuse_undecodable(self, rows: list[Claimed]) -> list[Claimed]:
-        """Fail, at once and for good, the claimed runs whose stored arguments could not
-        be decoded (another attempt would fail the same way); the others run. Asked by
-        the producer only when the claim's decoding made an Undecodable."""
-        kept = []
-        for row in rows:
-            args: Any = row.args  # typed as the loader gives them when it can
-            kwargs: Any = row.kwargs
-            if type(args) is connection.Undecodable:
-                what, bad = "args", args
-            elif type(kwargs) is connection.Undecodable:
-                what, bad = "kwargs", kwargs
-            else:
-                kept.append(row)
-                continue
-            held = Held(row.id, row.lease_token, row, self.app.make_context(row, self.worker_id))
-            self.transitions.started(held)
-            held.submitted = True
-            message = f"the run's {what} cannot be decoded: {bad.why}; failed without a retry"
-            log.error("run %s (%s): %s", row.id, row.task, message)
-            outcome = _attempt.failure(
-                held, "invalid_arguments", message, retry=None, with_traceback=False
-            )
-            self.completer.post(outcome, held)
-        return kept
 
     # -- outcomes and lost leases ------------------------------------------------------
 

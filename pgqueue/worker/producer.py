@@ -9,12 +9,11 @@ runs itself (pick_up, on a connection of the pool) instead of waking the loop: o
 switch less between the NOTIFY and the run's start. Never on the listener's connection:
 there a claim's rows would arrive behind every notification sent before them, which a
 flood makes seconds, while their leases run. Both paths reserve slots the same way and
-start runs the same way (_start)."""
+hand runs over the same way (_start): to Executor.start, one claimed row at a time."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import sys
@@ -25,17 +24,13 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import semaphores
-from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._service import DB_ERRORS, Pool, outage, outage_delay
-from pgqueue.worker.attempt import Held
-from pgqueue.worker.connection import Undecodable
+from pgqueue.worker.records import Claimed
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-    from pgqueue.app import App
     from pgqueue.worker._completer import Completer
     from pgqueue.worker.executor import Executor
     from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
@@ -50,21 +45,6 @@ CLAIMS_IN_FLIGHT = 2  # claims a worker has on their way at once, at most
 # how long after a rate limit's next slot opens to claim: the loop's timers may fire a
 # little early (their clock's resolution), and a claim too early finds the slot taken
 RATE_SLACK = 0.005
-
-
-def task_starter(
-    loop: asyncio.AbstractEventLoop,
-) -> Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]:
-    """How Producer._claim starts an attempt's asyncio task. On Python 3.12+ the task
-    starts eagerly: its first step runs at once, inside the task (asyncio.current_task()
-    is the task itself, as it is for any task), and an attempt that finishes without
-    suspending never goes through the loop's ready queue, which saves worker CPU on every
-    run (bench/RESULTS.md). On 3.11 there is no correct way to do that (a task cannot be
-    created without being scheduled), so it is the loop's own create_task
-    (asyncio.create_task would look the loop up and name the task, per run)."""
-    if sys.version_info >= (3, 12):
-        return functools.partial(asyncio.Task, loop=loop, eager_start=True)
-    return loop.create_task
 
 
 def rss_mb() -> float:
@@ -86,7 +66,6 @@ class Producer:
 
     def __init__(
         self,
-        app: App,
         executor: Executor,
         worker_id: UUID,
         queues: list[str],
@@ -97,7 +76,6 @@ class Producer:
         max_runs: int | None = None,
         max_memory_mb: float | None = None,
     ) -> None:
-        self.app = app
         self.executor = executor
         self.held = executor.held
         self.worker_id = worker_id
@@ -123,7 +101,6 @@ class Producer:
         # given by open(), on the loop, before the first claim
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
-        self._start_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None
         self.pool: Pool | None = None
         self.completer: Completer | None = None
         self.limits: QueueLimits | None = None
@@ -150,7 +127,6 @@ class Producer:
         self._picked = asyncio.Event()
         self._picked.set()
         self._stop = stop
-        self._start_task = task_starter(asyncio.get_running_loop())
         self.pool = pool
         self.completer = completer
         self.limits = limits
@@ -336,11 +312,10 @@ class Producer:
     async def _claim(self, queue: str, limit: int) -> int:
         """Claim up to `limit` runs of `queue` on a connection of the pool, and start them."""
         assert self.pool is not None
-        undecodable = Undecodable.made
         async with self.pool.connection() as conn:
             rows = await self._fetch(conn, queue, limit)
         outage().succeeded("claim")  # here, not in run(): a round may not reach the database
-        return self._start(rows, undecodable)
+        return self._start(rows)
 
     async def _fetch(self, conn: AsyncConnection[Any], queue: str, limit: int) -> list[Claimed]:
         """The claim of up to `limit` runs of `queue` on `conn`, its claim mark kept."""
@@ -365,38 +340,20 @@ class Producer:
             self.marks.landed(queue, rows)
         return rows
 
-    def _start(self, rows: list[Claimed], undecodable: int) -> int:
-        """Hand claimed `rows` to the lease keeper and the executor: the runs claimed.
-        `undecodable` is Undecodable.made before the claim."""
+    def _start(self, rows: list[Claimed]) -> int:
+        """Hand claimed `rows` to the lease keeper and, in claim order, to the executor:
+        the runs claimed."""
         assert self.lease_keeper is not None
         if rows:
             self.lease_keeper.add(rows)
         claimed = len(rows)
         self.stats["claimed"] += claimed
-        if Undecodable.made != undecodable:  # not per run: only when a document failed
-            rows = self.executor.refuse_undecodable(rows)
         rows.sort(key=_CLAIM_ORDER)
-        start = self._start_task
-        assert start is not None  # set by open(), before any claim
-        executor = self.executor
-        threaded = executor.threaded
-        start_in_thread = executor.start_in_thread
-        execute = executor.execute
-        executing = executor.executing
+        start = self.executor.start
+        pickup = self.pickup_seconds
         for row in rows:
-            held = Held(row.id, row.lease_token, row, self.app.make_context(row, self.worker_id))
-            self.held.add(held)
-            self.pickup_seconds.append(max(0.0, row.pickup_seconds))
-            in_thread = threaded.get(row.task)
-            if in_thread is None:  # once per task name (a dict lookup per run after that)
-                in_thread = threaded[row.task] = _attempt.in_thread(self.app.tasks.get(row.task))
-            if in_thread:
-                start_in_thread(held)
-                continue
-            task = start(execute(held))
-            if not task.done():  # an eager start (task_starter) may have finished it
-                held.task = task
-                executing.add(task)
+            pickup.append(max(0.0, row.pickup_seconds))
+            start(row)
         if self.max_runs is not None and self.stats["claimed"] >= self.max_runs:
             self._recycle(f"{self.max_runs} runs claimed (max_runs)")
         return claimed

@@ -6,32 +6,43 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pgqueue import __version__
 from pgqueue.db import connect as db
 from pgqueue.db import grants, migrate
 from pgqueue.db import sql as _sql
 from pgqueue.errors import PermissionDenied
-from pgqueue.schedules import schedule as schedules
 from pgqueue.tasks.rates import parse_rate, rate_params
 from pgqueue.worker._service import DB_ERRORS, Pool
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.tasks.registry import QueueConfig
 
 log = logging.getLogger("pgqueue.worker")
 
 
-def register(app: App, worker_id: UUID, queues: list[str], concurrency: int) -> None:
-    """Check the schema and the grants, configure the app's queues, add the worker's row
-    and sync the app's schedules, in one connection. A role without the worker's grants
-    stops here, in one line (PermissionDenied), rather than in a duty's retry loop."""
-    with db.connect(app.dsn, pooler=app.pooler) as conn, db.translate_errors(conn):
+def register(
+    dsn: str,
+    pooler: str | None,
+    worker_id: UUID,
+    queues: list[str],
+    concurrency: int,
+    *,
+    declared: Iterable[QueueConfig],
+    tasks: list[str],
+    version: str,
+    sync_schedules: Callable[[Any], object],
+) -> None:
+    """Check the schema and the grants, configure the app's `declared` queues, add the
+    worker's row (serving `tasks`, pgqueue `version`) and sync the app's schedules
+    (sync_schedules(conn)), in one connection. A role without the worker's grants stops
+    here, in one line (PermissionDenied), rather than in a duty's retry loop."""
+    with db.connect(dsn, pooler=pooler) as conn, db.translate_errors(conn):
         migrate.check(conn)
         check_privileges(conn)
-        for q in app.queues.values():
+        for q in declared:
             conn.execute(
                 _sql.query("configure_queue"),
                 {
@@ -50,12 +61,12 @@ def register(app: App, worker_id: UUID, queues: list[str], concurrency: int) -> 
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "queues": queues,
-                "tasks": sorted(app.tasks),
+                "tasks": tasks,
                 "concurrency": concurrency,
-                "version": __version__,
+                "version": version,
             },
         )
-        schedules.sync(conn, app, queues)
+        sync_schedules(conn)
 
 
 def check_privileges(conn: Any) -> None:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg.types.numeric import Int2, Int8
 
 from pgqueue.db import sql as _sql
-from pgqueue.worker._claimed import Claimed, claimed_row
+from pgqueue.worker._claimed import claimed_row
+from pgqueue.worker.records import Claimed
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

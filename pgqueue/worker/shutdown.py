@@ -15,8 +15,9 @@ from collections import Counter
 from typing import Any
 
 from pgqueue.states import RunState
-from pgqueue.worker._completer import Completer, Outcome
+from pgqueue.worker._completer import Completer
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.records import Outcome
 
 log = logging.getLogger("pgqueue.worker")
 

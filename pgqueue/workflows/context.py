@@ -55,8 +55,9 @@ def call_as(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) 
         return fn(*args, **kwargs)
     finally:
         _CURRENT.reset(token)
-        if ctx._progress is not None:
-            ctx._progress.flush()
+        writer = ctx.progress_writer
+        if writer is not None:
+            writer.flush()
 
 
 @dataclass(slots=True)
@@ -131,11 +132,17 @@ class Context:
         writer.report(doc)
 
     @property
+    def progress_writer(self) -> Progress | None:
+        """What writes this attempt's progress reports (None until its first report):
+        the worker flushes it when the attempt ends."""
+        return self._progress
+
+    @property
     def last_progress(self) -> dict[str, Any] | None:
         """The latest report of this attempt (written or still pending), or None."""
         return None if self._progress is None else self._progress.latest
 
-    def _cancel(self) -> None:
+    def mark_cancelled(self) -> None:
         """Turn `cancelled` true and wake whoever waits in wait_cancelled (any thread)."""
         with _CANCEL_LOCK:
             self._cancelled = True
@@ -145,12 +152,18 @@ class Context:
 
     @property
     def durable(self) -> Durable:
+        """The stored side of a workflow's attempt (set by the worker before a workflow
+        runs); RuntimeError in any other run."""
         if self._durable is None:
             raise RuntimeError(
                 "durable operations (step, sleep, wait_for_event, call, spawn) "
                 "are only available in runs of @app.workflow tasks"
             )
         return self._durable
+
+    @durable.setter
+    def durable(self, durable: Durable) -> None:
+        self._durable = durable
 
     def step(
         self, name: str, fn: Any, /, *args: Any, timeout: float | None = None, **kwargs: Any

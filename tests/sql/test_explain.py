@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from pgqueue.db import sql as _sql
-from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker._completer import complete_params
 from pgqueue.worker.connection import configure_connection, worker_dsn
+from pgqueue.worker.records import Outcome
 from tests.helpers import plan_nodes
 from tests.worker.parts import FROM_FRONT
 

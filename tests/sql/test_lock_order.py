@@ -18,7 +18,8 @@ import pytest
 from psycopg import sql as psql
 
 from pgqueue.db import sql as _sql
-from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker._completer import complete_params
+from pgqueue.worker.records import Outcome
 from tests.helpers import wait_until
 
 WORKER = "00000000-0000-0000-0000-000000000001"

@@ -9,7 +9,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgqueue.db import sql as _sql
-from pgqueue.worker._claimed import Claimed, claimed_row
+from pgqueue.worker._claimed import claimed_row
+from pgqueue.worker.records import Claimed
 from pgqueue.worker.semaphores import ClaimMarks
 
 WORKER_ID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")

@@ -13,8 +13,9 @@ import pytest
 import pgqueue
 from pgqueue.db import sql as _sql
 from pgqueue.worker import semaphores
-from pgqueue.worker._claimed import Claimed, claimed_row
-from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker._claimed import claimed_row
+from pgqueue.worker._completer import complete_params
+from pgqueue.worker.records import Claimed, Outcome
 from pgqueue.worker.semaphores import ClaimMarks
 from tests.worker.parts import FROM_FRONT
 

@@ -20,7 +20,8 @@ from psycopg.rows import dict_row
 
 from pgqueue.db import migrate
 from pgqueue.db import sql as _sql
-from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker._completer import complete_params
+from pgqueue.worker.records import Outcome
 from tests.apps import durability
 from tests.helpers import WorkerProcess, embedded_server, scalar, state_counts, wait_until
 

@@ -16,12 +16,11 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue.worker._claimed import Claimed
+from pgqueue.worker import executor_for
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._transitions import Transitions
-from pgqueue.worker.attempt import Held
-from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
+from pgqueue.worker.records import Claimed, Held
 from tests.helpers import free_port, scalar, wait_until
 from tests.worker import parts
 
@@ -264,13 +263,13 @@ def test_an_outcome_not_written_yet_keeps_its_lease(app: pgqueue.App, dsn: str) 
 
     async def main() -> None:
         stats: Counter[str] = Counter()
-        executor = Executor(app, parts.WORKER_ID, 1, 2, stats, Transitions(None))
+        executor = executor_for(app, parts.WORKER_ID, 1, 2, stats, Transitions(None), lambda: None)
         async with parts.pool(dsn) as pool:
             completer = Completer(pool, parts.WORKER_ID, executor.written, lambda: None)
             executor.open(completer, asyncio.Event())
             held = Held(row.id, row.lease_token, row, app.make_context(row))
             executor.held.add(held)
-            await executor.execute(held)  # its outcome is handed in, and its slot freed
+            await executor.execute(held, quick)  # its outcome is handed in, and its slot freed
             assert ran == [1] and not executor.held and completer.unwritten == 1
             keeper = LeaseKeeper(dsn, parts.WORKER_ID, 60, executor.leases, executor.leases_lost)
             keeper.start()  # renews at once (the loop answers: it awaits below)

@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 
 import pgqueue
+from pgqueue.worker import executor_for
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._transitions import Transitions
-from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
 from pgqueue.worker.maintenance.queue_limits import QueueLimits
 from pgqueue.worker.producer import Producer
@@ -48,9 +48,10 @@ def test_a_claim_round_fills_the_free_slots_across_queues(app: pgqueue.App, dsn:
 
     async def main() -> None:
         stats: Counter[str] = Counter()
-        executor = Executor(app, parts.WORKER_ID, 6, 30, stats, Transitions(None))
-        producer = Producer(app, executor, parts.WORKER_ID, ["a", "b"], 6, 30, 5.0, stats)
-        executor.freed = producer.wake
+        executor = executor_for(
+            app, parts.WORKER_ID, 6, 30, stats, Transitions(None), lambda: producer.wake()
+        )
+        producer = Producer(executor, parts.WORKER_ID, ["a", "b"], 6, 30, 5.0, stats)
         async with parts.pool(dsn) as pool:
             completer = Completer(pool, parts.WORKER_ID, executor.written, producer.wake)
             stop = asyncio.Event()

@@ -14,7 +14,8 @@ import pytest
 
 import pgqueue
 from pgqueue.db import sql as _sql
-from pgqueue.worker._completer import Outcome, complete_params
+from pgqueue.worker._completer import complete_params
+from pgqueue.worker.records import Outcome
 from tests.helpers import InProcessWorker, wait_until
 from tests.worker.parts import FROM_FRONT
 

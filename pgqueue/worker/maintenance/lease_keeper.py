@@ -17,8 +17,8 @@ import psycopg
 from pgqueue.db import connect as db
 from pgqueue.db import faults as _faults
 from pgqueue.db import sql as _sql
-from pgqueue.worker._claimed import Claimed
 from pgqueue.worker._service import DB_ERRORS, outage, outage_delay, reached, use_outage
+from pgqueue.worker.records import Claimed
 
 log = logging.getLogger("pgqueue.worker")
 
