@@ -46,6 +46,14 @@ def get_run(conn: Conn, run_id: int) -> Run:
     return found_run(run_id, row)
 
 
+async def get_run_async(conn: psycopg.AsyncConnection[Any], run_id: int) -> Run:
+    """get_run's async twin (its cursor reads timestamps as psycopg does)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)})
+        row = await cur.fetchone()
+    return found_run(run_id, row)
+
+
 def list_runs(
     conn: Conn, *, state: str | None, queue: str | None, task: str | None, limit: int
 ) -> list[Run]:

@@ -18,7 +18,7 @@ from pgqueue.runs import waiters as _waiters
 from pgqueue.states import TERMINAL_STATES, RunState
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
 
 PENDING: Any = object()  # outcome() of a run that has not finished
 
@@ -77,11 +77,17 @@ class RunHandle:
     """What enqueue returns: the run's id, and a way to wait for its outcome."""
 
     id: int
-    app: App
+    database: Database  # RunHandle(run_id, app) takes the App's
     created: bool = True
 
+    def __post_init__(self) -> None:
+        # a handle made by hand from an App (not by an enqueue): the App's database
+        database = getattr(self.database, "database", None)
+        if database is not None:
+            object.__setattr__(self, "database", database)
+
     @classmethod
-    def many(cls, ids: Iterable[int], app: App) -> list[RunHandle]:
+    def many(cls, ids: Iterable[int], database: Database) -> list[RunHandle]:
         """Handles of freshly created runs, for a batch: the same objects the constructor
         makes, without its three object.__setattr__ calls per handle (a frozen
         dataclass's __init__), a third of what handing back a bulk enqueue cost."""
@@ -92,15 +98,21 @@ class RunHandle:
             handle = new(cls)
             values = handle.__dict__
             values["id"] = run_id
-            values["app"] = app
+            values["database"] = database
             append(handle)
         return out
 
     def get(self) -> Run:
-        return self.app.get_run(self.id)
+        from pgqueue.ops import inspect
+
+        with self.database.connection() as c:
+            return inspect.get_run(c, self.id)
 
     async def get_async(self) -> Run:
-        return await self.app.get_run_async(self.id)
+        from pgqueue.ops import inspect
+
+        async with self.database.async_connection() as c:
+            return await inspect.get_run_async(c, self.id)
 
     def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
@@ -110,10 +122,10 @@ class RunHandle:
         standby) makes it look again every poll_interval until its timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         event, wake = _waiters.thread_waker()
-        waiters = _waiters.shared(self.app)
+        waiters = _waiters.shared(self.database)
         waiter = _waiters.Waiter(self.id, poll_interval, wake)
         waiters.add(waiter)
-        watched = not self.app.listens  # nothing to ask for: no NOTIFY would come
+        watched = not self.database.listens  # nothing to ask for: no NOTIFY would come
         try:
             waiters.connected.wait(_waiters.CONNECT_WAIT)
             while True:
@@ -121,7 +133,7 @@ class RunHandle:
                 state = "unknown: the database did not answer"
                 watched = watched or self._watch()
                 try:
-                    run = self.app.get_run(self.id)
+                    run = self.get()
                     if (result := outcome(run)) is not PENDING:
                         return result
                     state = run.state
@@ -137,10 +149,10 @@ class RunHandle:
         """wait() for asyncio code: the same shared listener, backstop poll and outcome."""
         deadline = None if timeout is None else time.monotonic() + timeout
         event, wake = _waiters.loop_waker()
-        waiters = _waiters.shared(self.app)
+        waiters = _waiters.shared(self.database)
         waiter = _waiters.Waiter(self.id, poll_interval, wake)
         waiters.add(waiter)
-        watched = not self.app.listens
+        watched = not self.database.listens
         try:
             if not waiters.connected.is_set():
                 await asyncio.to_thread(waiters.connected.wait, _waiters.CONNECT_WAIT)
@@ -149,7 +161,7 @@ class RunHandle:
                 state = "unknown: the database did not answer"
                 watched = watched or await self._watch_async()
                 try:
-                    run = await self.app.get_run_async(self.id)
+                    run = await self.get_async()
                     if (result := outcome(run)) is not PENDING:
                         return result
                     state = run.state
@@ -167,7 +179,7 @@ class RunHandle:
         """Ask for a NOTIFY when the run ends (sql/watch_run.sql); False if the database
         could not take it now (a standby, or no connection): the waiter polls meanwhile."""
         try:
-            with self.app.connection() as conn:
+            with self.database.connection() as conn:
                 conn.execute(_sql.query("watch_run"), {"id": self.id})
         except _faults.UNAVAILABLE:
             return False
@@ -175,7 +187,7 @@ class RunHandle:
 
     async def _watch_async(self) -> bool:
         try:
-            async with self.app.async_connection() as conn:
+            async with self.database.async_connection() as conn:
                 await conn.execute(_sql.query("watch_run"), {"id": self.id})
         except _faults.UNAVAILABLE:
             return False

@@ -46,6 +46,7 @@ from pgqueue.contrib.django._framework import (
 from pgqueue.contrib.django._framework import Task as DjangoTask
 from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
+from pgqueue.ops.operations import Operator
 from pgqueue.runs.handle import Run, RunHandle
 from pgqueue.states import RunState
 from pgqueue.tasks.task import CONTEXT_ONLY, BoundTask, Task
@@ -77,7 +78,7 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
     @functools.cached_property
     def app(self) -> App:
         spec = self.options.get("APP")
-        return conf.setup(conf._load(spec)) if spec else conf.setup()
+        return conf.setup(conf.load(spec)) if spec else conf.setup()
 
     def validate_task(self, task: DjangoTask[Any, Any]) -> None:
         super().validate_task(task)
@@ -272,7 +273,9 @@ def _worker_ids(
 def _running(task: DjangoTask[Any, Any], alias: str, ctx: Context) -> TaskResult[Any]:
     now = datetime.now(UTC)
     # a first attempt (most runs) asks the database nothing
-    earlier = ctx._app.run_errors(ctx.run_id) if ctx.attempt > 1 and ctx._app else []
+    earlier = (
+        Operator(ctx.database).run_errors(ctx.run_id) if ctx.attempt > 1 and ctx.database else []
+    )
     return TaskResult(
         task=task,
         id=str(ctx.run_id),
