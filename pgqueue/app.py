@@ -23,7 +23,7 @@ from pgqueue.enqueue.enqueuer import EnqueueDeferrer, Enqueuer
 from pgqueue.ops.operations import Operator
 from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig, Registry
 from pgqueue.tasks.task import Task
-from pgqueue.workflows.context import Context
+from pgqueue.workflows.context import Context, SyncWrapper
 
 if TYPE_CHECKING:
     from pgqueue._tracing import Tracing
@@ -46,10 +46,6 @@ __all__ = [
     "QueueConfig",
     "SyncWrapper",
 ]
-
-# Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
-# App.sync_wrappers.
-SyncWrapper = Callable[[Context, Callable[[], Any]], Any]
 
 
 class _Via(Generic[P, R]):

@@ -48,6 +48,9 @@ from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
 from pgqueue.ops.inspect import wait_text
 from pgqueue.states import STATES
 
+# What a dashboard shows: an App (its pool is used) or a DSN (an App of its own).
+AppOrDsn = App | str
+
 CSRF_COOKIE = "pgqueue_csrf"
 SESSION_COOKIE = "pgqueue_session"
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}

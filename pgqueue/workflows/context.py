@@ -233,3 +233,8 @@ class Context:
     def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
         """Start `task` as a child run without waiting. Idempotent per run and name."""
         return self.durable.spawn(name, task, args, kwargs)
+
+
+# Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
+# App.sync_wrappers.
+SyncWrapper = Callable[[Context, Callable[[], Any]], Any]

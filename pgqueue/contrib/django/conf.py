@@ -120,7 +120,7 @@ def setup(app: App | None = None) -> App:
     transactions = DjangoTransactions()
     app.connection_provider = transactions
     app.enqueue_deferrer = transactions.defer
-    worker.install(app)
+    worker.install(app.sync_wrappers)
     _apps.add(app)
     return app
 
