@@ -112,7 +112,7 @@ class Enqueuer:
             loop = asyncio.get_running_loop()
             group = self._group_commit
             if group is None or group.loop is not loop:
-                group = self._group_commit = GroupCommit(self.write_async, self.database, loop)
+                group = self._group_commit = GroupCommit(self.insert_now_async, self.database, loop)
             return [await group.insert(rows[0])]
         return await self.insert_now_async(rows, conn)
 
@@ -127,11 +127,6 @@ class Enqueuer:
             lookup = op.lookup(found)
             existing = await (await c.execute(*lookup)).fetchall() if lookup else []
         return op.handles(found, existing)
-
-    async def write_async(self, rows: Sequence[RunRow]) -> list[RunHandle]:
-        """insert_now_async on a pooled connection, without trace headers (GroupCommit's
-        writes)."""
-        return await self.insert_now_async(rows, None)
 
     # -- batches ------------------------------------------------------------------------
 

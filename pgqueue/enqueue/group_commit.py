@@ -12,10 +12,11 @@ from pgqueue.enqueue.options import RunRow
 from pgqueue.runs.handle import RunHandle
 
 if TYPE_CHECKING:
-    from pgqueue.db.database import Database
+    from pgqueue.db.database import AsyncConn, Database
 
-# Inserts rows with one statement now, without a connection of the caller's.
-Write = Callable[[Sequence[RunRow]], Awaitable[list[RunHandle]]]
+# Inserts rows with one statement now (Enqueuer.insert_now_async), here always on a
+# pooled connection (None).
+Write = Callable[[Sequence[RunRow], "AsyncConn | None"], Awaitable[list[RunHandle]]]
 
 
 class GroupCommit:
@@ -57,7 +58,7 @@ class GroupCommit:
                 await asyncio.sleep(0)
                 self.gathering = False
                 if not self.waiting:
-                    return (await self.write([row]))[0]
+                    return (await self.write([row], None))[0]
                 mine: asyncio.Future[RunHandle] = self.loop.create_future()
                 self.waiting.insert(0, (row, mine))
             finally:
@@ -91,7 +92,7 @@ class GroupCommit:
 
     async def _write(self, batch: list[tuple[RunRow, asyncio.Future[RunHandle]]]) -> None:
         try:
-            handles = await self.write([row for row, _ in batch])
+            handles = await self.write([row for row, _ in batch], None)
         except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exc)
