@@ -7,10 +7,10 @@ connection, one LISTEN and one poll statement a second.
 A notification or a poll only wakes a waiter; the waiter reads its run itself (through
 the App's pool) and decides. While the shared connection is down, waiters poll their run
 themselves every poll_interval, so a lost connection costs latency, never a result. Through
-a pooler in transaction mode (App.listens is false) the connection only polls.
+a pooler in transaction mode (Database.listens is false) the connection only polls.
 
 The thread and its connection start with the first waiter and end once no one has waited
-for IDLE_EXIT seconds (or at App.close()).
+for IDLE_EXIT seconds (or at App.close(), which closes the database).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def loop_waker() -> tuple[asyncio.Event, Callable[[], None]]:
 
 
 class Waiters:
-    """The shared listener of `app`'s waiters in this process (App.waiters())."""
+    """The shared listener of a database's waiters in this process (shared())."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
