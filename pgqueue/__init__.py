@@ -26,7 +26,8 @@ from pgqueue.errors import (
     UserError,
 )
 from pgqueue.ops.retention import Retention
-from pgqueue.runs.handle import Run, RunHandle
+from pgqueue.runs.handle import RunHandle
+from pgqueue.runs.run import Run
 from pgqueue.schedules.schedule import InvalidSchedule, Schedule, UnknownSchedule
 from pgqueue.states import RunState, StepState
 from pgqueue.tasks.retry import RetryPolicy

@@ -33,7 +33,8 @@ from pgqueue.app import App
 from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.errors import UserError
-from pgqueue.runs.handle import Run, RunHandle, outcome
+from pgqueue.runs.handle import RunHandle, outcome
+from pgqueue.runs.run import Run
 from pgqueue.states import RunState
 from pgqueue.tasks.task import CONTEXT_ONLY, RunRow, Task
 from pgqueue.workflows.context import _CURRENT, Context, call_as

@@ -16,7 +16,8 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import TimestamptzLoader
 
 from pgqueue.db import sql as _sql
-from pgqueue.runs.handle import Run, check_run_id, found_run
+from pgqueue.runs.handle import check_run_id, found_run
+from pgqueue.runs.run import Run
 from pgqueue.runs.terminal import printable, seconds_text
 
 Conn = psycopg.Connection[Any]

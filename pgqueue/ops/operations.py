@@ -18,7 +18,8 @@ from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import inspect as _inspect
 from pgqueue.ops import operator as _operator
 from pgqueue.ops import retention as _retention
-from pgqueue.runs.handle import Run, RunHandle
+from pgqueue.runs.handle import RunHandle
+from pgqueue.runs.run import Run
 from pgqueue.schedules import schedule as _schedules
 from pgqueue.tasks import registry as _registry
 from pgqueue.tasks.rates import KEEP, Keep

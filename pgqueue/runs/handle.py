@@ -1,75 +1,26 @@
-"""Runs as Python sees them: the Run record and the RunHandle an enqueue returns."""
+"""The RunHandle an enqueue returns: a run's id, and a way to read it and wait for its
+outcome (the Run record is pgqueue.runs.run's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
-from datetime import datetime
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.db import faults as _faults
 from pgqueue.db import sql as _sql
 from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
 from pgqueue.runs import waiters as _waiters
-from pgqueue.states import TERMINAL_STATES, RunState
+from pgqueue.runs.run import Run
+from pgqueue.states import RunState
 
 if TYPE_CHECKING:
     from pgqueue.db.database import Database
 
 PENDING: Any = object()  # outcome() of a run that has not finished
-
-
-@dataclass(frozen=True)
-class Run:
-    id: int
-    task: str
-    queue: str
-    state: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    result: Any
-    error: str | None
-    attempt: int
-    max_attempts: int
-    timeout_seconds: float | None
-    group_key: str | None
-    idempotency_key: str | None
-    parent_id: int | None
-    run_at: datetime
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    worker_id: uuid.UUID | None
-    lease_expires_at: datetime | None
-    # {done, total, message, at} of the latest ctx.progress() report
-    progress: dict[str, Any] | None = None
-    cancel_reason: str | None = None  # app.cancel(id, reason=...)
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Run:
-        values = {f.name: row[f.name] for f in fields(cls)}
-        values["group_key"] = values["group_key"] or None  # '' is the default group
-        return cls(**values)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif isinstance(value, uuid.UUID):
-                value = str(value)
-            out[f.name] = value
-        return out
 
 
 @dataclass(frozen=True)

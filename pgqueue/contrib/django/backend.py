@@ -46,7 +46,8 @@ from pgqueue.contrib.django._framework import Task as DjangoTask
 from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
 from pgqueue.ops.operations import Operator
-from pgqueue.runs.handle import Run, RunHandle
+from pgqueue.runs.handle import RunHandle
+from pgqueue.runs.run import Run
 from pgqueue.states import RunState
 from pgqueue.tasks.registry import Registry
 from pgqueue.tasks.task import CONTEXT_ONLY, BoundTask, Task
