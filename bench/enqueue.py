@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 
 from bench.common import DEFAULT_SERVER
-from bench.compare import PgqueueLib, PgqueuerLib, pgq_noop
+from bench.compare import PgqueueLib, PgqueuerLib, pgq_app, pgq_noop
 
 BARE = (
     "WITH r AS (INSERT INTO pgqueue.runs (task, queue, args) VALUES ('bare.noop', 'bare', %s)"
@@ -97,7 +97,7 @@ def one_repeat(server: str, n: int, order: list[str], out: dict[str, list[float]
                 out[side].append(rate)
                 print(f"  {side}: {rate:,.0f} jobs/s", flush=True)
             loop.run_until_complete(aconn.close())
-            loop.run_until_complete(pgq_noop.app.aclose())
+            loop.run_until_complete(pgq_app.aclose())
     finally:
         loop.close()
         pgq.close()

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 from bench.common import DEFAULT_SERVER
-from bench.compare import PgqueueLib, pgq_noop
+from bench.compare import PgqueueLib, pgq_app, pgq_noop
 from bench.enqueue import BARE
 from pgqueue.enqueue import inserts as _inserts
 from pgqueue.tasks.task import NO_OPTIONS
@@ -95,25 +95,25 @@ def _rounds(dsn: str, rounds: int = 3, n: int = 1000) -> None:
             ):
                 print(f"round {r + 1} {name:15s} wall {wall:7.1f} us  cpu {cpu:6.1f} us")
         loop.run_until_complete(aconn.close())
-        loop.run_until_complete(pgq_noop.app.aclose())
+        loop.run_until_complete(pgq_app.aclose())
     finally:
         conn.close()
         loop.close()
 
 
 def main() -> int:
-    app = pgq_noop.app
+    app = pgq_app
     row = pgq_noop.make_row((1,), {}, NO_OPTIONS)
     scope = {"pgq_noop": pgq_noop, "NO_OPTIONS": NO_OPTIONS, "_inserts": _inserts}
-    scope |= {"app": app, "row": row, "op": _inserts.Insert(app, [row])}
+    scope |= {"app": app, "row": row, "op": _inserts.Insert(app.database, [row])}
     print(f"make_row            {_us('pgq_noop.make_row((1,), {}, NO_OPTIONS)', scope):6.2f} us")
-    print(f"Insert()            {_us('_inserts.Insert(app, [row])', scope):6.2f} us")
+    print(f"Insert()            {_us('_inserts.Insert(app.database, [row])', scope):6.2f} us")
     print(f"handles             {_us('op.handles(([5], [None], 1))', scope):6.2f} us")
     pgq = PgqueueLib("enqueue_profile", DEFAULT_SERVER)
     pgq.fresh()
     try:
         pgq_noop.enqueue(0)
-        _statements(pgq.dsn, _inserts.Insert(app, [row]))
+        _statements(pgq.dsn, _inserts.Insert(app.database, [row]))
         _rounds(pgq.dsn)
         profile = cProfile.Profile()
         for i in range(50):

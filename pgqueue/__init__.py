@@ -1,7 +1,6 @@
 """pgqueue: durable background jobs and workflows that live entirely in PostgreSQL."""
 
-__version__ = "0.2.0"
-
+from pgqueue._version import __version__
 from pgqueue.app import App, QueueConfig
 from pgqueue.enqueue.batches import Batch, BatchState
 from pgqueue.enqueue.checks import ValidationError
@@ -26,7 +25,8 @@ from pgqueue.errors import (
     UserError,
 )
 from pgqueue.ops.retention import Retention
-from pgqueue.runs.handle import Run, RunHandle
+from pgqueue.runs.handle import RunHandle
+from pgqueue.runs.run import Run
 from pgqueue.schedules.schedule import InvalidSchedule, Schedule, UnknownSchedule
 from pgqueue.states import RunState, StepState
 from pgqueue.tasks.retry import RetryPolicy

@@ -42,3 +42,9 @@ class Tracing(Protocol):
     def timed_out(self, held: Held, outcome: Outcome) -> None:
         """An attempt ran past its task's timeout: the worker writes `outcome` (its
         failure) now, apart from the attempt, whose span gets no outcome (None)."""
+
+
+class Traced(Protocol):
+    """What pgqueue.contrib.otel and .sentry instrument: an App, through its `tracing`."""
+
+    tracing: Tracing | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pgqueue.runs.handle import Run
+    from pgqueue.runs.run import Run
 
 
 class PgQueueError(Exception):

@@ -33,7 +33,8 @@ from pgqueue.app import App
 from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.errors import UserError
-from pgqueue.runs.handle import Run, RunHandle, outcome
+from pgqueue.runs.handle import RunHandle, outcome
+from pgqueue.runs.run import Run
 from pgqueue.states import RunState
 from pgqueue.tasks.task import CONTEXT_ONLY, RunRow, Task
 from pgqueue.workflows.context import _CURRENT, Context, call_as
@@ -231,10 +232,10 @@ class _EagerLog:
             if row.unique_for is not None and time.monotonic() - since >= row.unique_for:
                 del self.holders[row.unique_key]  # older than the window: out of scope
             else:
-                return EagerRunHandle(run.id, app, created=False, run=run)
+                return EagerRunHandle(run.id, app.database, created=False, run=run)
         for run in self.runs:
             if row.idempotency_key is not None and run.idempotency_key == row.idempotency_key:
-                return EagerRunHandle(run.id, app, created=False, run=run)
+                return EagerRunHandle(run.id, app.database, created=False, run=run)
         return None
 
     def record(self, run: Run, row: RunRow) -> None:
@@ -274,7 +275,8 @@ def eager(app: App, *, propagate: bool = True, enqueue_others: bool = False) -> 
     if app in _logs:
         raise RuntimeError("eager() is already active for this app")
     log = _logs[app] = _EagerLog()
-    original, original_async = app.insert_runs, app.insert_runs_async
+    enqueuer = app.enqueuer  # every enqueue of the app ends in its two inserts
+    original, original_async = enqueuer.insert_runs, enqueuer.insert_runs_async
 
     def inline(row: RunRow) -> bool:
         return _runs_eagerly(app, row, enqueue_others)
@@ -299,12 +301,12 @@ def eager(app: App, *, propagate: bool = True, enqueue_others: bool = False) -> 
                 out.append(next(inserted))
         return out
 
-    app.insert_runs = insert_runs  # type: ignore[method-assign]
-    app.insert_runs_async = insert_runs_async  # type: ignore[method-assign]
+    enqueuer.insert_runs = insert_runs  # type: ignore[method-assign]
+    enqueuer.insert_runs_async = insert_runs_async  # type: ignore[method-assign]
     try:
         yield log.runs
     finally:
-        del app.insert_runs, app.insert_runs_async
+        del enqueuer.insert_runs, enqueuer.insert_runs_async
         _logs.pop(app, None)
 
 
@@ -415,7 +417,7 @@ def _finish(
     if exc is not None and propagate:
         exc.add_note(f"(raised by task {task.name!r}, run eagerly by pgqueue.testing.eager)")
         raise exc
-    return EagerRunHandle(ctx.run_id, app, run=run)
+    return EagerRunHandle(ctx.run_id, app.database, run=run)
 
 
 def _make_run(ctx: Context, row: RunRow, *, result: Any, error: str | None) -> Run:

@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import pgqueue
 from pgqueue.db import migrate
-from pgqueue.runs.handle import Run
+from pgqueue.runs.run import Run
 from pgqueue.testing import drain
 from tests.helpers import ROOT, scalar, wait_until
 from tests.webapps import EXAMPLES, Databases, execute, run_command

@@ -609,7 +609,7 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
     )
     for task, args, kwargs in ((limited, (1,), {"b": 2}), (bare, ("x",), {})):
         row = task.make_row(args, kwargs, EnqueueOptions())
-        op = _inserts.Insert(app, [row])
+        op = _inserts.Insert(app.database, [row])
         assert op.query == _sql.query("enqueue_run_plain")
         general = _inserts._fields(row) | {"headers": None, "batch_id": None, "notify": True}
         stored = []
@@ -631,11 +631,11 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
         EnqueueOptions(parent_id=1),
     ]
     for opts in general_cases:
-        op = _inserts.Insert(app, [bare.make_row((1,), {}, opts)])
+        op = _inserts.Insert(app.database, [bare.make_row((1,), {}, opts)])
         assert op.query == _sql.query("enqueue_run"), opts
     row = bare.make_row((1,), {}, EnqueueOptions())
-    assert _inserts.Insert(app, [row], headers="{}").query == _sql.query("enqueue_run")
-    assert _inserts.Insert(app, [row], batch_id=1).query == _sql.query("enqueue_run")
+    assert _inserts.Insert(app.database, [row], headers="{}").query == _sql.query("enqueue_run")
+    assert _inserts.Insert(app.database, [row], batch_id=1).query == _sql.query("enqueue_run")
 
 
 # -- hostile input: refused before anything is stored (docs/security.md) -------------------------
@@ -693,41 +693,41 @@ def test_max_json_depth_is_an_app_option(dsn: str, conn: psycopg.Connection[Any]
 @pytest.mark.parametrize(
     "enqueue",
     [
-        lambda t: t.enqueue("\ud800"),
-        lambda t: t.enqueue("a", subject={"\udfff": 1}),
-        lambda t: t.enqueue_many([("a",), ("b\ud800",)]),
-        lambda t: t.options(group="g\ud800").enqueue("a"),
-        lambda t: t.options(queue="q\ud800").enqueue("a"),
-        lambda t: t.options(idempotency_key="k\ud800").enqueue("a"),
-        lambda t: t.app.enqueue_by_name("t\ud800"),
-        lambda t: t.app.emit_event("e", key="\ud800"),
-        lambda t: t.app.emit_event("e", payload="\ud800"),
+        lambda t, app: t.enqueue("\ud800"),
+        lambda t, app: t.enqueue("a", subject={"\udfff": 1}),
+        lambda t, app: t.enqueue_many([("a",), ("b\ud800",)]),
+        lambda t, app: t.options(group="g\ud800").enqueue("a"),
+        lambda t, app: t.options(queue="q\ud800").enqueue("a"),
+        lambda t, app: t.options(idempotency_key="k\ud800").enqueue("a"),
+        lambda t, app: app.enqueue_by_name("t\ud800"),
+        lambda t, app: app.emit_event("e", key="\ud800"),
+        lambda t, app: app.emit_event("e", payload="\ud800"),
     ],
 )
 def test_lone_surrogates_are_invalid_arguments(
-    send: Any, conn: psycopg.Connection[Any], enqueue: Any
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any], enqueue: Any
 ) -> None:
     with pytest.raises(pgqueue.InvalidArguments, match="lone surrogate"):
-        enqueue(send)
+        enqueue(send, app)
     assert count_runs(conn) == 0
 
 
 @pytest.mark.parametrize(
     "enqueue",
     [
-        lambda t: t.app.enqueue_by_name("t\x00"),
-        lambda t: t.options(queue="q\x00").enqueue("a"),
-        lambda t: t.options(group="g\x00").enqueue("a"),
-        lambda t: t.options(idempotency_key="k\x00").enqueue("a"),
-        lambda t: t.app.emit_event("e\x00"),
-        lambda t: t.app.emit_event("e", key="k\x00"),
+        lambda t, app: app.enqueue_by_name("t\x00"),
+        lambda t, app: t.options(queue="q\x00").enqueue("a"),
+        lambda t, app: t.options(group="g\x00").enqueue("a"),
+        lambda t, app: t.options(idempotency_key="k\x00").enqueue("a"),
+        lambda t, app: app.emit_event("e\x00"),
+        lambda t, app: app.emit_event("e", key="k\x00"),
     ],
 )
 def test_nul_in_names_and_keys_is_invalid_arguments(
-    send: Any, conn: psycopg.Connection[Any], enqueue: Any
+    app: pgqueue.App, send: Any, conn: psycopg.Connection[Any], enqueue: Any
 ) -> None:
     with pytest.raises(pgqueue.InvalidArguments, match="NUL character"):
-        enqueue(send)
+        enqueue(send, app)
     assert count_runs(conn) == 0
 
 
@@ -767,9 +767,9 @@ def test_values_at_their_limits_pass_and_names_past_them_are_out_of_range(
     with pytest.raises(pgqueue.OutOfRange, match="queue name must be 1 to 200 characters"):
         send.options(queue="q" * 201).enqueue("a")
     with pytest.raises(pgqueue.OutOfRange, match="task name must be 1 to 200"):
-        send.app.enqueue_by_name("t" * 201)
+        app.enqueue_by_name("t" * 201)
     with pytest.raises(pgqueue.OutOfRange, match="event name must be 1 to 200"):
-        send.app.emit_event("e" * 201)
+        app.emit_event("e" * 201)
 
 
 @pytest.mark.parametrize(

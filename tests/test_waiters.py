@@ -84,7 +84,7 @@ def test_a_thousand_async_waiters_share_one_connection(
         return i
 
     handles = echo_producer.enqueue_many([(i,) for i in range(1000)])
-    waiters = _waiters.shared(waiting_app)
+    waiters = _waiters.shared(waiting_app.database)
 
     async def main() -> list[Any]:
         waits = [asyncio.ensure_future(h.wait_async(timeout=60)) for h in handles]
@@ -121,7 +121,9 @@ def test_threads_waiting_share_it_too(dsn: str, app: pgqueue.App, waiting_app: p
         for t in threads:
             t.start()
         wait_until(
-            lambda: len(_waiters.shared(waiting_app)._waiting) == 50, 30, message="50 waiters"
+            lambda: len(_waiters.shared(waiting_app.database)._waiting) == 50,
+            30,
+            message="50 waiters",
         )
         with InProcessWorker(app, concurrency=10):
             for t in threads:
@@ -161,7 +163,7 @@ def test_a_killed_shared_connection_costs_latency_not_a_result(
         return "late"
 
     handle = slow_producer.enqueue()
-    waiters = _waiters.shared(waiting_app)
+    waiters = _waiters.shared(waiting_app.database)
     out: list[Any] = []
     waiter = threading.Thread(target=lambda: out.append(handle.wait(timeout=60, poll_interval=30)))
     with InProcessWorker(app):

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pgqueue.app import App
 from pgqueue.cli._common import fail
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import retention
 from pgqueue.states import STATES
+
+if TYPE_CHECKING:
+    from pgqueue.db.database import Database
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,7 +73,7 @@ def build_filter(
 
 
 def run(
-    app: App,
+    database: Database,
     action: str,
     filt: _bulk.Filter,
     *,
@@ -81,7 +83,7 @@ def run(
 ) -> None:
     """Count, confirm, act, report."""
     verb = action
-    with app.connection() as conn:
+    with database.connection() as conn:
         found = _bulk.count(conn, action, filt)
     what = ", ".join(f"{k}={v}" for k, v in filt.to_json().items()) or "all runs"
     if found == 0:
@@ -96,7 +98,7 @@ def run(
         if not agreed:
             click.echo("nothing changed", err=True)
             sys.exit(1)
-    with app.connection() as conn:
+    with database.connection() as conn:
         changed = _bulk.act(conn, action, filt, batch_size=batch_size, reason=reason)
     done = "canceled" if action == "cancel" else "queued again"
     click.echo(f"{changed} runs {done}")

@@ -103,7 +103,7 @@ def queues_purge(dsn: str | None, embedded: bool, queue: str, yes: bool) -> None
     """Cancel every run of QUEUE that has not started (queued and scheduled); running and
     waiting runs go on. Prints how many and asks first (--yes: don't ask)."""
     app = open_app(dsn, embedded)
-    _bulk.run(app, "cancel", purge_filter(queue), yes=yes, batch_size=DEFAULT_BATCH)
+    _bulk.run(app.database, "cancel", purge_filter(queue), yes=yes, batch_size=DEFAULT_BATCH)
 
 
 @queues.command("set")

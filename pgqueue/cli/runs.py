@@ -120,7 +120,7 @@ def runs_cancel(
     if run_id is None:
         yes, size = bulk.pop("yes"), bulk.pop("batch_size")
         filt = _bulk.build_filter(**bulk)
-        _bulk.run(app, "cancel", filt, yes=yes, batch_size=size, reason=reason)
+        _bulk.run(app.database, "cancel", filt, yes=yes, batch_size=size, reason=reason)
         return
     _no_filters(bulk)
     app.get_run(run_id)
@@ -140,7 +140,7 @@ def runs_retry(dsn: str | None, embedded: bool, run_id: int | None, **bulk: Any)
     app = open_app(dsn, embedded)
     if run_id is None:
         yes, size = bulk.pop("yes"), bulk.pop("batch_size")
-        _bulk.run(app, "retry", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
+        _bulk.run(app.database, "retry", _bulk.build_filter(**bulk), yes=yes, batch_size=size)
         return
     _no_filters(bulk)
     app.get_run(run_id)

@@ -9,15 +9,15 @@ from typing import Any
 import click
 
 from pgqueue import cli
-from pgqueue.app import App
 
 # The App that the framework configured: `--app` points here, so the worker runs that very
 # object (its DSN and connection provider already set) rather than importing another.
-current_app: App | None = None
+# (An App: `--app` loads it as any other, and checks that it is one.)
+current_app: object = None
 APP_SPEC = "pgqueue.contrib._cli:current_app"
 
 
-def run(argv: list[str], *, app: App, dsn: str, prog_name: str) -> None:
+def run(argv: list[str], *, app: object, dsn: str, prog_name: str) -> None:
     """Run `pgqueue ARGV`; returns on success, raises SystemExit(code) on failure."""
     global current_app
     current_app = app

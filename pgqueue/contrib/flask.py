@@ -63,7 +63,8 @@ class PgQueue:
         self._pgqueue_app = pgqueue_app
         self._flask_app = app
         dsn = app.config.get("PGQUEUE_DSN") or _sqlalchemy_dsn(app)
-        if dsn and (pgqueue_app._dsn is None or _derived.get(pgqueue_app) == pgqueue_app._dsn):
+        own = pgqueue_app.has_own_dsn
+        if dsn and (not own or _derived.get(pgqueue_app) == pgqueue_app.dsn):
             pgqueue_app.configure(dsn=dsn)
             _derived[pgqueue_app] = pgqueue_app.dsn
         if "PGQUEUE_NOTIFY" in app.config:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     from opentelemetry import propagate, trace
@@ -34,12 +34,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pgqueue.states import RunState
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue._tracing import Traced
     from pgqueue.runs.handle import RunHandle
     from pgqueue.tasks.task import RunRow
     from pgqueue.worker.records import Held, Outcome
 
 __all__ = ["OtelTracing", "instrument", "uninstrument"]
+
+T = TypeVar("T", bound="Traced")  # an App
 
 SYSTEM = "pgqueue"
 SCOPE = "pgqueue"
@@ -47,13 +49,13 @@ _FAILED = RunState.FAILED.value
 _SCHEDULED = RunState.SCHEDULED.value
 
 
-def instrument(app: App, *, tracer_provider: trace.TracerProvider | None = None) -> App:
+def instrument(app: T, *, tracer_provider: trace.TracerProvider | None = None) -> T:
     """Trace `app`'s enqueues and attempts from now on; returns `app`."""
     app.tracing = OtelTracing(trace.get_tracer(SCOPE, tracer_provider=tracer_provider))
     return app
 
 
-def uninstrument(app: App) -> None:
+def uninstrument(app: Traced) -> None:
     app.tracing = None
 
 

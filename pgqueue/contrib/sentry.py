@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 try:
     import sentry_sdk
@@ -33,25 +33,26 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pgqueue.states import RunState
 
 if TYPE_CHECKING:
-    from pgqueue._tracing import AttemptSpan, TracedEnqueue, Tracing
-    from pgqueue.app import App
+    from pgqueue._tracing import AttemptSpan, Traced, TracedEnqueue, Tracing
     from pgqueue.runs.handle import RunHandle
     from pgqueue.tasks.task import RunRow
     from pgqueue.worker.records import Held, Outcome
 
 __all__ = ["SentryReporting", "instrument", "uninstrument"]
 
+T = TypeVar("T", bound="Traced")  # an App
+
 _REPORTED = (RunState.FAILED.value, RunState.SCHEDULED.value)
 
 
-def instrument(app: App) -> App:
+def instrument(app: T) -> T:
     """Report `app`'s failed attempts to Sentry from now on; returns `app`."""
     if not isinstance(app.tracing, SentryReporting):
         app.tracing = SentryReporting(app.tracing)
     return app
 
 
-def uninstrument(app: App) -> None:
+def uninstrument(app: Traced) -> None:
     """Stop reporting; the tracing it wrapped (if any) stays."""
     if isinstance(app.tracing, SentryReporting):
         app.tracing = app.tracing.inner

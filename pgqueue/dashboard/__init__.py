@@ -17,13 +17,13 @@ from pgqueue.errors import ConfigError
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from pgqueue.app import App
+    from pgqueue.dashboard.core import AppOrDsn
 
 __all__ = ["Dashboard", "asgi"]
 
 
 def asgi(
-    app_or_dsn: App | str,
+    app_or_dsn: AppOrDsn,
     *,
     read_only: bool = False,
     token: str | None = None,

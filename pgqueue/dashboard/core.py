@@ -44,9 +44,13 @@ from pgqueue.app import App
 from pgqueue.dashboard import data
 from pgqueue.dashboard.formats import ago, clock, duration, json_default, number, pretty, quote
 from pgqueue.db import connect as db
+from pgqueue.db.database import Database
 from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
 from pgqueue.ops.inspect import wait_text
 from pgqueue.states import STATES
+
+# What a dashboard shows: an App (its pool is used) or a DSN (an App of its own).
+AppOrDsn = App | str
 
 CSRF_COOKIE = "pgqueue_csrf"
 SESSION_COOKIE = "pgqueue_session"
@@ -141,7 +145,12 @@ class Dashboard:
         token: str | None = None,
     ) -> None:
         self._own_app = not isinstance(app_or_dsn, App)
-        self.app = app_or_dsn if isinstance(app_or_dsn, App) else App(app_or_dsn, pool_size=8)
+        # the App's database (its pool), or one of its own for a DSN
+        self.database = (
+            app_or_dsn.database
+            if isinstance(app_or_dsn, App)
+            else Database(app_or_dsn, pool_size=8)
+        )
         self.read_only = read_only
         self.token = token or None
         self._key = (
@@ -167,9 +176,9 @@ class Dashboard:
         )
 
     def close(self) -> None:
-        """Close the pool of the App made from a DSN (an App passed in stays open)."""
+        """Close the pool opened for a DSN (an App passed in stays open)."""
         if self._own_app:
-            self.app.close()
+            self.database.close()
 
     # -- the entry point ---------------------------------------------------------------
 
@@ -415,7 +424,7 @@ class Dashboard:
     def db(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection from the App's pool (autocommit), reading JSON with `loads_json`
         while the dashboard holds it (the loaders it had come back after)."""
-        with self.app.connection() as conn:
+        with self.database.connection() as conn:
             adapters = conn.adapters
             saved = [
                 (oid, fmt, adapters.get_loader(oid, fmt))

@@ -19,11 +19,13 @@ import ipaddress
 import resource
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pgqueue.app import App
 from pgqueue.dashboard.hosts import Hosts
 from pgqueue.errors import UserError
+
+if TYPE_CHECKING:
+    from pgqueue.dashboard.core import AppOrDsn
 
 HEADER_TIMEOUT = 10.0
 MAX_WAITING = 1000  # connections without a request head, at most (see waiting_limit)
@@ -107,11 +109,11 @@ def guarded_protocol(header_timeout: float, waiting: int) -> type[asyncio.Protoc
         def _await_head(self) -> None:
             self._stop_waiting()
             self._seen = self.cycle
-            self._timer = self.loop.call_later(header_timeout, self._drop)
+            self._timer = self.loop.call_later(header_timeout, self.drop_waiting)
             queue[self] = None
             while len(queue) > waiting:
                 oldest, _ = queue.popitem(last=False)
-                oldest._drop()
+                oldest.drop_waiting()
 
         def _stop_waiting(self) -> None:
             queue.pop(self, None)
@@ -119,7 +121,9 @@ def guarded_protocol(header_timeout: float, waiting: int) -> type[asyncio.Protoc
                 self._timer.cancel()
                 self._timer = None
 
-        def _drop(self) -> None:
+        def drop_waiting(self) -> None:
+            """Close a connection that sent no request head in time, or that the
+            newer ones pushed out of the waiting queue."""
             self._stop_waiting()
             if not self.transport.is_closing():
                 self.transport.close()
@@ -128,7 +132,7 @@ def guarded_protocol(header_timeout: float, waiting: int) -> type[asyncio.Protoc
 
 
 def run(
-    app: App,
+    app: AppOrDsn,
     *,
     host: str,
     port: int,

@@ -1,8 +1,8 @@
-"""The App's connection pools (App._get_pool and AsyncApp._get_async_pool own them: one
-per process), and the pool classes every pgqueue pool is made of: psycopg_pool's, except
-that a connection found dead while it sat idle (pgqueue.db.faults.dead) is discarded and the
-next one taken, so that a server that killed the idle connections costs no failed
-operation."""
+"""The App's connection pools (pgqueue.db.database.Database opens them: one per process,
+and an async one per event loop), and the pool classes every pgqueue pool is made of:
+psycopg_pool's, except that a connection found dead while it sat idle
+(pgqueue.db.faults.dead) is discarded and the next one taken, so that a server that killed
+the idle connections costs no failed operation."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class AsyncCheckedPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
                 raise PoolTimeout("no live connection in time")
 
 
-# App.connection and AsyncApp.async_connection take their connection with getconn() and
+# Database.connection and Database.async_connection take their connection with getconn() and
 # give it back with putconn(), without the pool's connection() context manager and the
 # `with conn:` inside it, which a single enqueue paid in client CPU (bench/RESULTS.md,
 # "Single enqueue"). What `with conn:` does on the way out is settle() and asettle();

@@ -1,3 +1,3 @@
-"""The enqueue side: options and their encoding into rows, inserts, uniqueness, validation, batches
-and enqueues by name.
+"""The enqueue side: the Enqueuer (enqueuer.py), options and their encoding into rows, inserts,
+uniqueness, validation, batches, events and the group commit of async enqueues.
 """

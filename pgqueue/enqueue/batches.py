@@ -26,7 +26,7 @@ from pgqueue.db import sql as _sql
 from pgqueue.errors import InvalidArguments, UserError
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
     from pgqueue.tasks.task import Task
 
 _active: ContextVar[Batch | None] = ContextVar("pgqueue_batch", default=None)
@@ -56,8 +56,10 @@ class BatchState:
 class Batch:
     """An open batch (inside its block), then a handle on it: `id`, `wait()`."""
 
-    def __init__(self, app: App, batch_id: int, conn: psycopg.Connection[Any] | None) -> None:
-        self.app = app
+    def __init__(
+        self, database: Database, batch_id: int, conn: psycopg.Connection[Any] | None
+    ) -> None:
+        self.database = database
         self.id = batch_id
         self._conn = conn  # while the block runs
 
@@ -75,8 +77,12 @@ class Batch:
             )
         return self._conn
 
+    def end(self) -> None:
+        """The block is over: no enqueue joins the batch any more."""
+        self._conn = None
+
     def state(self) -> BatchState:
-        return get_batch(self.app, self.id)
+        return get_batch(self.database, self.id)
 
     def wait(self, timeout: float | None = None, poll_interval: float = 0.2) -> BatchState:
         """Block until every member is terminal and the callback was enqueued; the batch's
@@ -101,15 +107,15 @@ def _finished(state: BatchState) -> int:
     return state.succeeded + state.failed + state.canceled
 
 
-def active(app: App) -> Batch | None:
-    """The batch whose block is running in this context for `app`, if any."""
+def active(database: Database) -> Batch | None:
+    """The batch whose block is running in this context for `database`, if any."""
     batch = _active.get()
-    return batch if batch is not None and batch.app is app else None
+    return batch if batch is not None and batch.database is database else None
 
 
 @contextmanager
 def open_batch(
-    app: App,
+    database: Database,
     on_complete: Task[Any, Any],
     kwargs: Mapping[str, Any] | None,
     conn: psycopg.Connection[Any] | None,
@@ -138,36 +144,38 @@ def open_batch(
         "kwargs": _json.dumps(
             dict(kwargs or {}),
             what="the kwargs of a batch's callback",
-            limit=app.max_payload_bytes,
-            max_depth=app.max_json_depth,
+            limit=database.max_payload_bytes,
+            max_depth=database.max_json_depth,
         ),
     }
-    caller = app.caller_connection(conn)
-    with app.connection(caller) as c:
+    caller = database.caller_connection(conn)
+    with database.connection(caller) as c:
         if caller is None:
             with c.transaction():
-                yield from _block(app, c, params)
+                yield from _block(database, c, params)
         else:
-            yield from _block(app, c, params)
+            yield from _block(database, c, params)
 
 
-def _block(app: App, conn: psycopg.Connection[Any], params: dict[str, Any]) -> Iterator[Batch]:
+def _block(
+    database: Database, conn: psycopg.Connection[Any], params: dict[str, Any]
+) -> Iterator[Batch]:
     row = conn.execute(_sql.query("batch_open"), params).fetchone()
     assert row is not None
-    batch = Batch(app, int(row[0]), conn)
+    batch = Batch(database, int(row[0]), conn)
     token = _active.set(batch)
     try:
         yield batch
     finally:
         _active.reset(token)
-        batch._conn = None
+        batch.end()
     # reached only when the block raised nothing: an exception rolls the batch back
     conn.execute(_sql.query("batch_seal"), {"id": batch.id})
     conn.execute(_sql.query("batch_settle"), {"id": batch.id})
 
 
-def get_batch(app: App, batch_id: int) -> BatchState:
-    with app.connection() as c:
+def get_batch(database: Database, batch_id: int) -> BatchState:
+    with database.connection() as c:
         row = c.execute(_sql.query("get_batch"), {"id": batch_id}).fetchone()
     if row is None:
         raise UserError(f"batch {batch_id} does not exist (never committed, or pruned)")

@@ -1,4 +1,4 @@
-"""The enqueue engine without its I/O, shared by App.insert_runs and its async twin: which
+"""The enqueue engine without its I/O, shared by Enqueuer.insert_runs and its async twin: which
 statement inserts the rows and with what parameters, the lookup of idempotency keys that
 were already taken, and how the answers become RunHandles.
 
@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from pgqueue.db import sql as _sql
+from pgqueue.enqueue.options import RunBatch, RunRow
 from pgqueue.runs.handle import RunHandle
-from pgqueue.tasks.task import RunBatch, RunRow
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
 
 # Values already checked: only the run's own fields (str, int, float, None) go through it.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
@@ -48,12 +48,12 @@ class Insert:
 
     def __init__(
         self,
-        app: App,
+        database: Database,
         rows: Sequence[RunRow],
         headers: str | None = None,
         batch_id: int | None = None,
     ) -> None:
-        self.app = app
+        self.database = database
         self.rows = rows
         plain = isinstance(rows, RunBatch)
         self.unique = not plain and any(r.unique_key is not None for r in rows)
@@ -71,7 +71,7 @@ class Insert:
             self.query, self.params = _sql.query("enqueue_run_plain"), _plain_fields(rows[0])
         else:
             self.query, self.params = _statement(rows, self.keyed)
-        self.params["notify"] = app.notify
+        self.params["notify"] = database.notify
         if not bare:
             self.params["batch_id"] = batch_id
             # the runs' pgqueue.runs.headers (JSON text): the enqueue span's trace context
@@ -104,16 +104,16 @@ class Insert:
         """A handle per row, in order. `found` holds the ids in id order, and the ids of a
         statement's rows follow the rows' order. A run whose key was taken (by an earlier
         run, or by an earlier row of this batch) gets the holder's id and created=False."""
-        app = self.app
+        database = self.database
         if self.unique:
             assert found is not None
             return [
-                RunHandle(run_id, app, created=created)
+                RunHandle(run_id, database, created=created)
                 for run_id, created in zip(found[0], found[1], strict=True)
             ]
         ids, keys = _ids_keys(found)
         if not self.keyed:
-            return RunHandle.many(ids, app)
+            return RunHandle.many(ids, database)
         pairs = list(zip(ids, keys, strict=True))
         by_key = {key: run_id for run_id, key in pairs if key is not None}
         by_key.update({key: run_id for run_id, key in existing})
@@ -122,11 +122,11 @@ class Insert:
         out = []
         for r in self.rows:
             if r.idempotency_key is None:
-                out.append(RunHandle(next(fresh), app))
+                out.append(RunHandle(next(fresh), database))
             else:
                 created = r.idempotency_key in created_keys
                 created_keys.discard(r.idempotency_key)
-                out.append(RunHandle(by_key[r.idempotency_key], app, created=created))
+                out.append(RunHandle(by_key[r.idempotency_key], database, created=created))
         return out
 
 

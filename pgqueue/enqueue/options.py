@@ -25,7 +25,7 @@ from pgqueue.enqueue.checks import (
 from pgqueue.errors import InvalidArguments
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
     from pgqueue.tasks.task import GroupFn, Task
 
 
@@ -99,7 +99,7 @@ class RunBatch(Sequence[RunRow]):
     `shared`, a RunRow of the values all its runs share (its args and kwargs unused).
     The arguments are encoded once, for the whole batch, with one encoder call (per
     chunk of CHUNK runs). A RunRow per run is made only for code that asks for one
-    (pgqueue.testing.eager); App.insert_runs sends the document as it is."""
+    (pgqueue.testing.eager); Enqueuer.insert_runs sends the document as it is."""
 
     CHUNK = 1000
 
@@ -134,7 +134,7 @@ class RunBatch(Sequence[RunRow]):
             else:
                 group = task.group
         shared = build_row(
-            task.app,
+            task.enqueuer.database,
             task.name,
             (),
             {},
@@ -175,7 +175,7 @@ class RunBatch(Sequence[RunRow]):
             else:
                 append([args, kwargs, check_key("group key", group_fn(*args, **kwargs))])
         what = f"arguments of task {task.name!r}"
-        document = _encode(elements, what, task.app, cls.CHUNK)
+        document = _encode(elements, what, task.enqueuer.database, cls.CHUNK)
         return cls(shared, elements, document, plain=group_fn is None)
 
     def __len__(self) -> int:
@@ -199,14 +199,14 @@ class RunBatch(Sequence[RunRow]):
         )
 
 
-def _encode(elements: list[list[Any]], what: str, app: App, chunk: int) -> str:
+def _encode(elements: list[list[Any]], what: str, database: Database, chunk: int) -> str:
     """The JSON array of `elements` ([args, kwargs, ...] per run), encoded a chunk at a
     time. A chunk within `limit` bytes holds no run over it; only a larger chunk is
     checked run by run, which raises the PayloadTooLarge of a single enqueue. Arguments
     nest two levels below the chunk's document, whose depth limit is theirs plus two; a
     chunk refused for its depth (or its encoding) is checked run by run too, for the
     error of the run at fault."""
-    limit, depth = app.max_payload_bytes, app.max_json_depth
+    limit, depth = database.max_payload_bytes, database.max_json_depth
     parts = []
     for start in range(0, len(elements), chunk):
         part = elements[start : start + chunk]
@@ -228,7 +228,7 @@ def _encode(elements: list[list[Any]], what: str, app: App, chunk: int) -> str:
 
 
 def build_row(
-    app: App,
+    database: Database,
     task: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -245,7 +245,7 @@ def build_row(
     what = f"arguments of task {task!r}"
     delay = None if opts.delay is None else check_seconds("delay", opts.delay, zero=True)
     run_at = None if opts.run_at is None else check_due("run_at", opts.run_at)
-    limit, depth = app.max_payload_bytes, app.max_json_depth
+    limit, depth = database.max_payload_bytes, database.max_json_depth
     # None is tested here: most runs have no keys, and a call costs more than the test
     group_key = opts.group if opts.group is not None else group
     if group_key is not None:

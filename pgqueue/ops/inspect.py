@@ -16,7 +16,8 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import TimestamptzLoader
 
 from pgqueue.db import sql as _sql
-from pgqueue.runs.handle import Run, check_run_id, found_run
+from pgqueue.runs.handle import check_run_id, found_run
+from pgqueue.runs.run import Run
 from pgqueue.runs.terminal import printable, seconds_text
 
 Conn = psycopg.Connection[Any]
@@ -43,6 +44,14 @@ def _cursor(conn: Conn) -> psycopg.Cursor[dict[str, Any]]:
 def get_run(conn: Conn, run_id: int) -> Run:
     with _cursor(conn) as cur:
         row = cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)}).fetchone()
+    return found_run(run_id, row)
+
+
+async def get_run_async(conn: psycopg.AsyncConnection[Any], run_id: int) -> Run:
+    """get_run's async twin (its cursor reads timestamps as psycopg does)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)})
+        row = await cur.fetchone()
     return found_run(run_id, row)
 
 

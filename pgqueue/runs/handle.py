@@ -1,75 +1,26 @@
-"""Runs as Python sees them: the Run record and the RunHandle an enqueue returns."""
+"""The RunHandle an enqueue returns: a run's id, and a way to read it and wait for its
+outcome (the Run record is pgqueue.runs.run's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
-from datetime import datetime
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.db import faults as _faults
 from pgqueue.db import sql as _sql
 from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
 from pgqueue.runs import waiters as _waiters
-from pgqueue.states import TERMINAL_STATES, RunState
+from pgqueue.runs.run import Run
+from pgqueue.states import RunState
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
 
 PENDING: Any = object()  # outcome() of a run that has not finished
-
-
-@dataclass(frozen=True)
-class Run:
-    id: int
-    task: str
-    queue: str
-    state: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    result: Any
-    error: str | None
-    attempt: int
-    max_attempts: int
-    timeout_seconds: float | None
-    group_key: str | None
-    idempotency_key: str | None
-    parent_id: int | None
-    run_at: datetime
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    worker_id: uuid.UUID | None
-    lease_expires_at: datetime | None
-    # {done, total, message, at} of the latest ctx.progress() report
-    progress: dict[str, Any] | None = None
-    cancel_reason: str | None = None  # app.cancel(id, reason=...)
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Run:
-        values = {f.name: row[f.name] for f in fields(cls)}
-        values["group_key"] = values["group_key"] or None  # '' is the default group
-        return cls(**values)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif isinstance(value, uuid.UUID):
-                value = str(value)
-            out[f.name] = value
-        return out
 
 
 @dataclass(frozen=True)
@@ -77,11 +28,17 @@ class RunHandle:
     """What enqueue returns: the run's id, and a way to wait for its outcome."""
 
     id: int
-    app: App
+    database: Database  # RunHandle(run_id, app) takes the App's
     created: bool = True
 
+    def __post_init__(self) -> None:
+        # a handle made by hand from an App (not by an enqueue): the App's database
+        database = getattr(self.database, "database", None)
+        if database is not None:
+            object.__setattr__(self, "database", database)
+
     @classmethod
-    def many(cls, ids: Iterable[int], app: App) -> list[RunHandle]:
+    def many(cls, ids: Iterable[int], database: Database) -> list[RunHandle]:
         """Handles of freshly created runs, for a batch: the same objects the constructor
         makes, without its three object.__setattr__ calls per handle (a frozen
         dataclass's __init__), a third of what handing back a bulk enqueue cost."""
@@ -92,15 +49,21 @@ class RunHandle:
             handle = new(cls)
             values = handle.__dict__
             values["id"] = run_id
-            values["app"] = app
+            values["database"] = database
             append(handle)
         return out
 
     def get(self) -> Run:
-        return self.app.get_run(self.id)
+        from pgqueue.ops import inspect
+
+        with self.database.connection() as c:
+            return inspect.get_run(c, self.id)
 
     async def get_async(self) -> Run:
-        return await self.app.get_run_async(self.id)
+        from pgqueue.ops import inspect
+
+        async with self.database.async_connection() as c:
+            return await inspect.get_run_async(c, self.id)
 
     def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
@@ -110,10 +73,10 @@ class RunHandle:
         standby) makes it look again every poll_interval until its timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         event, wake = _waiters.thread_waker()
-        waiters = _waiters.shared(self.app)
+        waiters = _waiters.shared(self.database)
         waiter = _waiters.Waiter(self.id, poll_interval, wake)
         waiters.add(waiter)
-        watched = not self.app.listens  # nothing to ask for: no NOTIFY would come
+        watched = not self.database.listens  # nothing to ask for: no NOTIFY would come
         try:
             waiters.connected.wait(_waiters.CONNECT_WAIT)
             while True:
@@ -121,7 +84,7 @@ class RunHandle:
                 state = "unknown: the database did not answer"
                 watched = watched or self._watch()
                 try:
-                    run = self.app.get_run(self.id)
+                    run = self.get()
                     if (result := outcome(run)) is not PENDING:
                         return result
                     state = run.state
@@ -137,10 +100,10 @@ class RunHandle:
         """wait() for asyncio code: the same shared listener, backstop poll and outcome."""
         deadline = None if timeout is None else time.monotonic() + timeout
         event, wake = _waiters.loop_waker()
-        waiters = _waiters.shared(self.app)
+        waiters = _waiters.shared(self.database)
         waiter = _waiters.Waiter(self.id, poll_interval, wake)
         waiters.add(waiter)
-        watched = not self.app.listens
+        watched = not self.database.listens
         try:
             if not waiters.connected.is_set():
                 await asyncio.to_thread(waiters.connected.wait, _waiters.CONNECT_WAIT)
@@ -149,7 +112,7 @@ class RunHandle:
                 state = "unknown: the database did not answer"
                 watched = watched or await self._watch_async()
                 try:
-                    run = await self.app.get_run_async(self.id)
+                    run = await self.get_async()
                     if (result := outcome(run)) is not PENDING:
                         return result
                     state = run.state
@@ -167,7 +130,7 @@ class RunHandle:
         """Ask for a NOTIFY when the run ends (sql/watch_run.sql); False if the database
         could not take it now (a standby, or no connection): the waiter polls meanwhile."""
         try:
-            with self.app.connection() as conn:
+            with self.database.connection() as conn:
                 conn.execute(_sql.query("watch_run"), {"id": self.id})
         except _faults.UNAVAILABLE:
             return False
@@ -175,7 +138,7 @@ class RunHandle:
 
     async def _watch_async(self) -> bool:
         try:
-            async with self.app.async_connection() as conn:
+            async with self.database.async_connection() as conn:
                 await conn.execute(_sql.query("watch_run"), {"id": self.id})
         except _faults.UNAVAILABLE:
             return False

@@ -21,7 +21,7 @@ from pgqueue.enqueue.checks import check_text
 from pgqueue.errors import InvalidArguments, OutOfRange
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -54,10 +54,10 @@ def progress_doc(done: float, total: float | None, message: str | None) -> dict[
 
 class Progress:
     """The progress writer of one attempt (made by its first ctx.progress call). Without
-    an App (pgqueue.testing.eager) reports are only kept in memory."""
+    a database (pgqueue.testing.eager) reports are only kept in memory."""
 
-    def __init__(self, app: App | None, run_id: int, lease_token: str | None) -> None:
-        self.app = app
+    def __init__(self, database: Database | None, run_id: int, lease_token: str | None) -> None:
+        self.database = database
         self.run_id = run_id
         self.lease_token = lease_token
         self.latest: dict[str, Any] | None = None
@@ -70,7 +70,7 @@ class Progress:
         with self._lock:
             self.latest = doc
             self.dirty = True
-            if self.app is None:
+            if self.database is None:
                 return
             now = time.monotonic()
             wait = self._written_at + EVERY - now
@@ -102,7 +102,7 @@ class Progress:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if not self.dirty or self.app is None:
+            if not self.dirty or self.database is None:
                 return
             self.dirty = False
             self._written_at = time.monotonic()
@@ -111,14 +111,14 @@ class Progress:
         self._write(doc)
 
     def _write(self, doc: dict[str, Any]) -> None:
-        assert self.app is not None
+        assert self.database is not None
         params = {
             "id": self.run_id,
             "lease_token": self.lease_token,
             "progress": _json.dumps(doc, what="progress"),
         }
         try:
-            with self.app.connection() as conn:
+            with self.database.connection() as conn:
                 conn.execute(_sql.query("set_progress"), params)
         except Exception:  # a report is advisory: it never fails the run
             log.warning("run %s: could not store its progress", self.run_id, exc_info=True)

@@ -7,10 +7,10 @@ connection, one LISTEN and one poll statement a second.
 A notification or a poll only wakes a waiter; the waiter reads its run itself (through
 the App's pool) and decides. While the shared connection is down, waiters poll their run
 themselves every poll_interval, so a lost connection costs latency, never a result. Through
-a pooler in transaction mode (App.listens is false) the connection only polls.
+a pooler in transaction mode (Database.listens is false) the connection only polls.
 
 The thread and its connection start with the first waiter and end once no one has waited
-for IDLE_EXIT seconds (or at App.close()).
+for IDLE_EXIT seconds (or at App.close(), which closes the database).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pgqueue.db import faults as _faults
 from pgqueue.db import sql as _sql
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
 
 log = logging.getLogger("pgqueue")
 
@@ -71,10 +71,10 @@ def loop_waker() -> tuple[asyncio.Event, Callable[[], None]]:
 
 
 class Waiters:
-    """The shared listener of `app`'s waiters in this process (App.waiters())."""
+    """The shared listener of a database's waiters in this process (shared())."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, database: Database) -> None:
+        self.database = database
         self.pid = os.getpid()
         self.connected = threading.Event()  # LISTEN (or, polling only, the connection) is up
         self._lock = threading.Lock()
@@ -148,12 +148,12 @@ class Waiters:
             return False
 
     def _serve(self) -> None:
-        app = self.app
-        listens = app.listens
+        database = self.database
+        listens = database.listens
         # search_path pinned as on the App's pool (opened before: a waiter waits on a run
         # it enqueued or read); a lost connection is a psycopg.Error, retried by _run
-        dsn = db.pinned_dsn(app.dsn, app.pooler)
-        with psycopg.connect(dsn, **db.connect_kwargs(app.pooler)) as conn:
+        dsn = db.pinned_dsn(database.dsn, database.pooler)
+        with psycopg.connect(dsn, **db.connect_kwargs(database.pooler)) as conn:
             if listens:
                 conn.execute(f"LISTEN {CHANNEL}")
             self.connected.set()
@@ -199,13 +199,13 @@ class Waiters:
             w.wake()
 
 
-def shared(app: App) -> Waiters:
-    """The Waiters of `app` in this process (a forked child gets its own)."""
-    current: Any = app.__dict__.get("_waiters")
+def shared(database: Database) -> Waiters:
+    """The Waiters of `database` in this process (a forked child gets its own)."""
+    current: Any = database.waiters
     if current is None or current.pid != os.getpid():
-        with app._lock:
-            current = app.__dict__.get("_waiters")
+        with database.lock:
+            current = database.waiters
             if current is None or current.pid != os.getpid():
-                current = app.__dict__["_waiters"] = Waiters(app)
+                current = database.waiters = Waiters(database)
     assert isinstance(current, Waiters)
     return current

@@ -15,10 +15,10 @@ workers fire it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
@@ -30,7 +30,7 @@ from pgqueue.enqueue.checks import check_name
 from pgqueue.errors import UserError
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
     from pgqueue.tasks.task import Task
 
 # After downtime, a schedule with catch_up=True enqueues at most this many missed ticks
@@ -149,8 +149,24 @@ def tick_key(name: str, tick: datetime) -> str:
 # -- definitions in code ---------------------------------------------------------------
 
 
+class Registered(Protocol):
+    """The tasks and schedules of an App: its Registry (or the App itself)."""
+
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...
+
+    @property
+    def default_queue(self) -> str: ...
+
+    @property
+    def database(self) -> Database: ...
+
+
 def define(
-    app: App,
+    registry: Registered,
     name: str,
     cron: str,
     task: Task[Any, Any] | str,
@@ -168,8 +184,9 @@ def define(
         raise InvalidSchedule(f"schedule {name!r}: args must be a list or tuple")
     kwargs = dict(kwargs or {})
     what = f"arguments of schedule {name!r}"
+    limit, depth = registry.database.max_payload_bytes, registry.database.max_json_depth
     if isinstance(task, str):
-        found = app.tasks.get(task)
+        found = registry.tasks.get(task)
         if found is None:
             # A task this process does not import: the worker checks its arguments.
             return Schedule(
@@ -177,13 +194,9 @@ def define(
                 cron=cron,
                 tz=tz,
                 task=check_name("task", task),
-                args=_json.dumps(
-                    list(args), what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
-                ),
-                kwargs=_json.dumps(
-                    kwargs, what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
-                ),
-                queue=check_name("queue", queue or app.default_queue),
+                args=_json.dumps(list(args), what=what, limit=limit, max_depth=depth),
+                kwargs=_json.dumps(kwargs, what=what, limit=limit, max_depth=depth),
+                queue=check_name("queue", queue or registry.default_queue),
                 priority=0,
                 max_attempts=3,
                 timeout_seconds=None,
@@ -197,12 +210,8 @@ def define(
         cron=cron,
         tz=tz,
         task=task.name,
-        args=_json.dumps(
-            list(args), what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
-        ),
-        kwargs=_json.dumps(
-            kwargs, what=what, limit=app.max_payload_bytes, max_depth=app.max_json_depth
-        ),
+        args=_json.dumps(list(args), what=what, limit=limit, max_depth=depth),
+        kwargs=_json.dumps(kwargs, what=what, limit=limit, max_depth=depth),
         queue=check_name("queue", queue or task.queue),
         priority=task.priority,
         max_attempts=task.max_attempts,
@@ -213,19 +222,19 @@ def define(
 
 
 def sync(
-    conn: psycopg.Connection[Any], app: App, queues: Sequence[str]
+    conn: psycopg.Connection[Any], registry: Registered, queues: Sequence[str]
 ) -> tuple[list[str], list[str]]:
-    """Write the app's schedules to pgqueue.schedules (a worker does this at start).
+    """Write the registry's schedules to pgqueue.schedules (a worker does this at start).
 
     A new schedule, or one whose cron or zone changed or that comes back after being
     disabled, starts at its next tick after now. Schedules missing from the code are
-    disabled if they belong to this app: their task is one of its tasks or their queue
+    disabled if they belong to this registry: their task is one of its tasks or their queue
     one this worker serves. Returns (names written, names disabled)."""
     with conn.transaction():
         row = conn.execute("SELECT now()").fetchone()
         assert row is not None
         now: datetime = row[0]
-        defined = list(app.schedules.values())
+        defined = list(registry.schedules.values())
         params: dict[str, Any] = {
             "name": [s.name for s in defined],
             "cron": [s.cron for s in defined],
@@ -248,7 +257,7 @@ def sync(
                 _sql.query("disable_schedules"),
                 {
                     "names": [s.name for s in defined],
-                    "tasks": sorted(app.tasks),
+                    "tasks": sorted(registry.tasks),
                     "queues": list(queues),
                 },
             )

@@ -1,1 +1,2 @@
-"""Tasks: the Task type, the registry of tasks and queues, retry policies and rate limits."""
+"""Tasks: the Task type, the Registry of tasks, queues and schedules, retry policies and rate
+limits."""

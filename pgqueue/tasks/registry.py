@@ -1,14 +1,14 @@
-"""The App's registry: queue declarations and their limits, and registering a function as
-a task or workflow under a stable name. App.task, App.workflow, App.queue and App.get_task
-call these with the App's own dicts."""
+"""The App's registry: queue declarations and their limits, tasks and workflows
+registered under stable names, and schedules defined in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from pgqueue.enqueue.checks import check_name
+from pgqueue.enqueue.options import EnqueueOptions, build_row
 from pgqueue.errors import InvalidArguments, OutOfRange, UnknownTask
 from pgqueue.schedules import schedule as _schedules
 from pgqueue.tasks.rates import parse_rate
@@ -16,7 +16,12 @@ from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks.task import GroupFn, Hook, Task, Validator
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.enqueue.enqueuer import Enqueuer
+    from pgqueue.runs.handle import RunHandle
+    from pgqueue.workflows.context import Context
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # pgqueue.queues.concurrency and group_concurrency are integers.
 LIMIT_MAX = 2**31 - 1
@@ -92,45 +97,206 @@ def declare_queue(
     return config
 
 
-def register(
-    app: App,
-    fn: Callable[..., Any],
-    *,
-    workflow: bool,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 0,
-    max_attempts: int = 3,
-    timeout: float | None = None,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    validator: Validator | None = None,
-    group: str | GroupFn | None = None,
-    on_success: Hook | None = None,
-    on_failure: Hook | None = None,
-    on_retry: Hook | None = None,
-) -> Task[Any, Any]:
-    """The Task for `fn`, added to app.tasks (named module.qualname unless `name=`)."""
-    task_name = name or f"{fn.__module__}.{fn.__qualname__}"
-    if task_name in app.tasks and app.tasks[task_name].fn is not fn:
-        raise ValueError(f"two tasks are named {task_name!r}: give one of them name=...")
-    task: Task[Any, Any] = Task(
-        app,
-        fn,
-        name=task_name,
-        queue=queue or app.default_queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        retry=retry,
-        validator=validator,
-        group=group,
-        on_success=on_success,
-        on_failure=on_failure,
-        on_retry=on_retry,
-        workflow=workflow,
-    )
-    app.tasks[task_name] = task
-    return task
+class Registry:
+    """The tasks, queues and schedules an App declares, each under a stable name. Its
+    tasks write their runs through `enqueuer`."""
+
+    def __init__(self, enqueuer: Enqueuer, default_queue: str = "default") -> None:
+        self.enqueuer = enqueuer
+        self.database = enqueuer.database
+        self.default_queue = check_name("queue", default_queue)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.queues: dict[str, QueueConfig] = {}
+        self.schedules: dict[str, _schedules.Schedule] = {}
+
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        group_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        group_rate_limit: str | None = None,
+        ordered: bool = False,
+    ) -> QueueConfig:
+        """Declare a queue and its limits (stored in pgqueue.queues when a worker starts).
+        rate_limit / group_rate_limit: "N/s", "N/m" or "N/h", at most N starts of the
+        queue (of one group) in any such interval; ordered=True (with group_concurrency=1):
+        a group's runs start one after another in id order (docs/flow_control.md)."""
+        return declare_queue(
+            self.queues, name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered
+        )
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, fn: None = None, /, **options: Any
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a function as a task: `@app.task` or `@app.task(queue=..., ...)`.
+
+        Options: name, queue, priority (lower runs first), max_attempts, timeout (seconds),
+        retry (RetryPolicy), validator, group (str or callable of the arguments),
+        on_success(ctx, result), on_failure(ctx, error), on_retry(ctx, error) after each
+        failed attempt that will be retried.
+        """
+        if fn is not None:
+            return self.register(fn, workflow=False)
+        return lambda f: self.register(f, workflow=False, **options)
+
+    @overload
+    def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, /, **options: Any
+    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
+
+    def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a workflow: like a task, but it receives a Context first."""
+        if fn is not None:
+            return self.register(fn, workflow=True)
+        return lambda f: self.register(f, workflow=True, **options)
+
+    def register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        workflow: bool,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        validator: Validator | None = None,
+        group: str | GroupFn | None = None,
+        on_success: Hook | None = None,
+        on_failure: Hook | None = None,
+        on_retry: Hook | None = None,
+    ) -> Task[Any, Any]:
+        """The Task for `fn`, added to `tasks` (named module.qualname unless `name=`)."""
+        task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+            raise ValueError(f"two tasks are named {task_name!r}: give one of them name=...")
+        task: Task[Any, Any] = Task(
+            self.enqueuer,
+            fn,
+            name=task_name,
+            queue=queue or self.default_queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            retry=retry,
+            validator=validator,
+            group=group,
+            on_success=on_success,
+            on_failure=on_failure,
+            on_retry=on_retry,
+            workflow=workflow,
+        )
+        self.tasks[task_name] = task
+        return task
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        return find_task(self.tasks, name)
+
+    def served_queues(self) -> list[str]:
+        """Queues a worker serves by default: the declared ones and those of its tasks."""
+        return sorted({self.default_queue, *self.queues, *(t.queue for t in self.tasks.values())})
+
+    # -- enqueues by name ---------------------------------------------------------------
+
+    def enqueue(self, task: str, /, *args: Any, **kwargs: Any) -> RunHandle:
+        """Enqueue a registered task by name."""
+        return self.get_task(task).enqueue(*args, **kwargs)
+
+    def enqueue_by_name(
+        self,
+        /,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> RunHandle:
+        """Enqueue a run of a task this process does not import (from the CLI, or from a
+        service that only produces work): its arguments are checked by the worker. A
+        registered task's own options and checks apply."""
+        if task in self.tasks:
+            return self.tasks[task].options(**options).enqueue(*args, **(kwargs or {}))
+        opts = EnqueueOptions(**options)
+        row = build_row(
+            self.database,
+            check_name("task", task),
+            args,
+            kwargs or {},
+            opts,
+            queue=self.default_queue,
+        )
+        return self.enqueuer.insert_runs([row], conn=opts.sync_conn)[0]
+
+    # -- schedules ------------------------------------------------------------------------
+
+    def periodic(
+        self,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        catch_up: bool = False,
+        name: str | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Enqueue a task at every tick of `cron` (in zone `tz`) with `args`/`kwargs`.
+
+        Put it above `@app.task(...)`, or use it alone (the function is then registered
+        as a task with default options). The schedule is named after the task unless
+        `name=` is given, which a task with several schedules needs. A bad expression or
+        zone raises pgqueue.InvalidSchedule here. See docs/schedules.md."""
+        _schedules.check_cron(cron, tz)
+
+        def decorate(target: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R] = target if isinstance(target, Task) else self.task(target)
+            self.schedule(
+                name or task.name,
+                cron,
+                task,
+                args=args,
+                kwargs=kwargs,
+                tz=tz,
+                queue=queue,
+                catch_up=catch_up,
+            )
+            return task
+
+        return decorate
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        task: Task[Any, Any] | str,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        queue: str | None = None,
+        catch_up: bool = False,
+    ) -> _schedules.Schedule:
+        """Define schedule `name`: enqueue `task` (a Task, or a task name this process
+        may not import) at every tick of `cron` in zone `tz`. Workers write it to
+        pgqueue.schedules when they start. After downtime only the latest missed tick
+        fires, unless catch_up=True (then every missed tick, at most 100)."""
+        definition = _schedules.define(
+            self, name, cron, task, args=args, kwargs=kwargs, tz=tz, queue=queue, catch_up=catch_up
+        )
+        return add_schedule(self.schedules, name, definition)
 
 
 def find_task(tasks: dict[str, Task[Any, Any]], name: str) -> Task[Any, Any]:

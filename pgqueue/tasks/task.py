@@ -23,7 +23,7 @@ from pgqueue.runs.handle import RunHandle
 from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.enqueue.enqueuer import Enqueuer
     from pgqueue.workflows.context import Context
 
 P = ParamSpec("P")
@@ -89,7 +89,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        enqueuer: Enqueuer,
         fn: Callable[..., Any],
         *,
         name: str,
@@ -117,7 +117,7 @@ class Task(Generic[P, R]):
                 check_key("group key", group)
         except (InvalidArguments, OutOfRange) as exc:
             raise type(exc)(f"task {name!r}: {exc}") from None
-        self.app = app
+        self.enqueuer = enqueuer  # where its runs are written
         self.fn = fn
         self.retry = retry
         self.validator = validator
@@ -157,14 +157,14 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         row = self.make_row(args, kwargs, NO_OPTIONS)
-        return self.app.insert_runs([row])[0]
+        return self.enqueuer.insert_runs([row])[0]
 
     def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         return BoundTask(self, EnqueueOptions()).enqueue_many(items)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         row = self.make_row(args, kwargs, NO_OPTIONS)
-        return (await self.app.insert_runs_async([row]))[0]
+        return (await self.enqueuer.insert_runs_async([row]))[0]
 
     async def enqueue_many_async(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
@@ -200,7 +200,7 @@ class Task(Generic[P, R]):
         self.validate(args, kwargs)
         group = opts.group if opts.group is not None else self.group_for(args, kwargs)
         return build_row(
-            self.app,
+            self.enqueuer.database,
             self.name,
             args,
             kwargs,
@@ -234,23 +234,23 @@ class BoundTask(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         row = self.task.make_row(args, kwargs, self.opts)
-        return self.task.app.insert_runs([row], conn=self.opts.sync_conn)[0]
+        return self.task.enqueuer.insert_runs([row], conn=self.opts.sync_conn)[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         """enqueue() for asyncio code; joins `conn=` if it is a psycopg AsyncConnection."""
         row = self.task.make_row(args, kwargs, self.opts)
-        return (await self.task.app.insert_runs_async([row], conn=self.opts.async_conn))[0]
+        return (await self.task.enqueuer.insert_runs_async([row], conn=self.opts.async_conn))[0]
 
     def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
         """Enqueue many runs in one statement. Each item is an args tuple/list or a kwargs
         dict. An idempotency key, if set in options, would collide: use enqueue() per key."""
-        return self.task.app.insert_runs(self.make_rows(items), conn=self.opts.sync_conn)
+        return self.task.enqueuer.insert_runs(self.make_rows(items), conn=self.opts.sync_conn)
 
     async def enqueue_many_async(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
     ) -> list[RunHandle]:
         rows = self.make_rows(items)
-        return await self.task.app.insert_runs_async(rows, conn=self.opts.async_conn)
+        return await self.task.enqueuer.insert_runs_async(rows, conn=self.opts.async_conn)
 
     def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Sequence[RunRow]:
         """The rows of an enqueue_many: one RunBatch, or with a unique_key function (a

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import __version__, _logging
+from pgqueue import _logging
+from pgqueue._version import __version__
 from pgqueue.db import connect as db
 from pgqueue.ops.retention import DEFAULT_RETENTION, Retention
 from pgqueue.schedules import schedule as schedules
@@ -172,7 +173,7 @@ class Worker:
             max_runs=max_runs,
             max_memory_mb=max_memory_mb,
         )
-        if any(t.workflow for t in app.tasks.values()) and app._pool is None:
+        if any(t.workflow for t in app.tasks.values()) and app.database.pool is None:
             # Workflow steps write through the App's pool from their threads: with the
             # default 4 connections, 50 concurrent workflows would queue for them.
             app.pool_size = max(app.pool_size, min(concurrency, WORKFLOW_POOL_MAX))
@@ -232,7 +233,9 @@ class Worker:
                 declared=app.queues.values(),
                 tasks=sorted(app.tasks),
                 version=__version__,
-                sync_schedules=functools.partial(schedules.sync, app=app, queues=self.queues),
+                sync_schedules=functools.partial(
+                    schedules.sync, registry=app.registry, queues=self.queues
+                ),
             )
             self.dsn = connection.worker_dsn(self.app.dsn, self.app.pooler)
             pool = self._pool = connection.open_pool(self.dsn, self.id, self.app.pooler)
@@ -313,7 +316,7 @@ class Worker:
                 _attempt.attempt.__code__,
                 _attempt.run_hook.__code__,
                 Executor.execute.__code__,
-                Executor._write_then_hook.__code__,
+                Executor.write_then_hook.__code__,
             },
         )
         watch.start()

@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg.rows import RowMaker
 
-from pgqueue.worker.records import Claimed as Claimed  # pgqueue.app names it here
+from pgqueue.worker.records import Claimed
 
 _make = functools.partial(tuple.__new__, Claimed)
 

@@ -211,11 +211,11 @@ class Executor:
         if not _attempt.hooked(task, outcome):
             self.completer.post(outcome, held)
             return
-        written = asyncio.ensure_future(self._write_then_hook(held, task, outcome))
+        written = asyncio.ensure_future(self.write_then_hook(held, task, outcome))
         self.executing.add(written)  # shutdown.drain() waits for it, as for any hook
         written.add_done_callback(self.executing.discard)
 
-    async def _write_then_hook(
+    async def write_then_hook(
         self, held: Held, task: Task[Any, Any] | None, outcome: Outcome
     ) -> None:
         written = await self.completer.submit(outcome)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.enqueue.checks import check_due, check_seconds
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
     from pgqueue.runs.handle import RunHandle
     from pgqueue.runs.progress import Progress
     from pgqueue.tasks.task import Task
@@ -79,7 +79,7 @@ class Context:
     kwargs: dict[str, Any]
     priority: int = 0
     group: str | None = None
-    _app: App | None = field(default=None, repr=False)
+    _database: Database | None = field(default=None, repr=False)
     _lease_token: str | None = field(default=None, repr=False)
     _durable: Durable | None = field(default=None, repr=False)
     _progress: Progress | None = field(default=None, repr=False)
@@ -93,6 +93,12 @@ class Context:
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    @property
+    def database(self) -> Database | None:
+        """The database of the App running this attempt; None when no worker runs it
+        (pgqueue.testing's eager runs)."""
+        return self._database
 
     @property
     def worker_id(self) -> uuid.UUID | None:
@@ -128,7 +134,7 @@ class Context:
         doc = progress_doc(done, total, message)
         writer = self._progress
         if writer is None:
-            writer = self._progress = Progress(self._app, self.run_id, self._lease_token)
+            writer = self._progress = Progress(self._database, self.run_id, self._lease_token)
         writer.report(doc)
 
     @property
@@ -240,3 +246,8 @@ class Context:
     def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
         """Start `task` as a child run without waiting. Idempotent per run and name."""
         return self.durable.spawn(name, task, args, kwargs)
+
+
+# Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see
+# App.sync_wrappers.
+SyncWrapper = Callable[[Context, Callable[[], Any]], Any]

@@ -15,20 +15,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from psycopg.rows import dict_row
 
 from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
-from pgqueue.enqueue import by_name as _enqueue
+from pgqueue.enqueue import events as _events
 from pgqueue.enqueue.checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 from pgqueue.errors import LeaseLost, UserError
 from pgqueue.states import RunState, StepState
 from pgqueue.workflows.running_steps import RUNNING_STEPS
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
+    from pgqueue.enqueue.enqueuer import Enqueuer
     from pgqueue.runs.handle import RunHandle
     from pgqueue.tasks.task import Task
 
@@ -71,12 +72,22 @@ class StepRecord:
     created_at: datetime
 
 
+class Parts(Protocol):
+    """What a workflow attempt writes through: an App, or anything holding the two."""
+
+    @property
+    def database(self) -> Database: ...
+
+    @property
+    def enqueuer(self) -> Enqueuer: ...
+
+
 class Durable:
     """The stored side of one workflow attempt."""
 
     def __init__(
         self,
-        app: App,
+        parts: Parts,
         run_id: int,
         lease_token: str,
         attempt: int,
@@ -84,7 +95,8 @@ class Durable:
         has_steps: bool = True,
         holds: Callable[[], bool] | None = None,
     ) -> None:
-        self.app = app
+        self.database = parts.database
+        self.enqueuer = parts.enqueuer
         # True while the worker knows it holds the run (not lost or canceled, its leases
         # renewed lately): a step then starts without a round trip (step())
         self.holds = holds
@@ -110,7 +122,7 @@ class Durable:
 
     def get(self, name: str) -> StepRecord | None:
         if self._steps is None:
-            with self.app.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            with self.database.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(_sql.query("load_steps"), {"run_id": self.run_id}).fetchall()
             self.db_now = rows[0]["db_now"]
             self._steps = {
@@ -148,7 +160,7 @@ class Durable:
             # a wait's spec stays in steps.waited once the output holds what it returned
             "waited": output if state == StepState.WAITING else None,
         }
-        with self.app.connection(conn) as c:
+        with self.database.connection(conn) as c:
             row = c.execute(_sql.query("record_step"), params).fetchone()
         if row is None:
             raise LeaseLost(
@@ -211,8 +223,8 @@ class Durable:
         text = _json.dumps(
             result,
             what=f"the result of step {name!r}",
-            limit=self.app.max_payload_bytes,
-            max_depth=self.app.max_json_depth,
+            limit=self.database.max_payload_bytes,
+            max_depth=self.database.max_json_depth,
         )
         self.record(name, StepState.SUCCEEDED, output=text, started_at=started)
         return _json.loads(text)  # the same value a replay will return
@@ -222,13 +234,13 @@ class Durable:
     ) -> int:
         """Emit an event once for this run: the event and its step commit together, so a
         replay (or a retry after a crash) returns the stored event id and emits nothing."""
-        params = _enqueue.event_params(self.app, event, key, payload, delay)
+        params = _events.event_params(self.database, event, key, payload, delay)
         name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return int(rec.output["event_id"])
-        with self.app.connection() as conn, conn.transaction():
-            event_id = _enqueue.emit_event(conn, params)
+        with self.database.connection() as conn, conn.transaction():
+            event_id = _events.emit_event(conn, params)
             out = _json.dumps({"event_id": event_id}, what="emit_event")
             self.record(name, StepState.SUCCEEDED, output=out, conn=conn)  # LeaseLost: rolled back
         return event_id
@@ -266,7 +278,7 @@ class Durable:
         if rec is None:
             rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="wait"))
         since = rec.created_at
-        with self.app.connection() as conn:
+        with self.database.connection() as conn:
             row = conn.execute(
                 _sql.query("find_event"), {"event": event, "key": key or "", "since": since}
             ).fetchone()
@@ -319,7 +331,7 @@ class Durable:
             child_id = self._enqueue_child(name, task, args, kwargs).id
             spec = {"run_id": child_id, "timeout": timeout}
             rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="call"))
-        with self.app.connection() as conn:
+        with self.database.connection() as conn:
             row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
         assert row is not None, f"child run {child_id} disappeared"
         state, result, error, child_task = row
@@ -345,7 +357,7 @@ class Durable:
         message = f"child run {child_id} of step {name!r} did not finish within {timeout:g}s"
         out = _json.dumps({"run_id": child_id, "timeout": timeout, "timed_out": True}, what="call")
         reason = f"parent run {self.run_id} stopped waiting: {message}"
-        with self.app.connection() as conn, conn.transaction():
+        with self.database.connection() as conn, conn.transaction():
             self.record(name, StepState.FAILED, output=out, error=message, conn=conn)
             conn.execute(_sql.query("cancel"), {"id": child_id, "children": True, "reason": reason})
         raise TimeoutError(message)
@@ -358,7 +370,7 @@ class Durable:
         name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
-            return RunHandle(int(rec.output["run_id"]), self.app, created=False)
+            return RunHandle(int(rec.output["run_id"]), self.database, created=False)
         handle = self._enqueue_child(name, task, args, kwargs)
         self.record(
             name, StepState.SUCCEEDED, output=_json.dumps({"run_id": handle.id}, what="spawn")

@@ -49,9 +49,9 @@ def map_children(
             key = CHILD_KEY.format(parent=durable.run_id, name=f"{name}[{i}]")
             opts = EnqueueOptions(idempotency_key=key, parent_id=durable.run_id)
             rows.append(task.make_row(args, kwargs, opts))
-        ids = [h.id for h in durable.app.insert_runs(rows)]
+        ids = [h.id for h in durable.enqueuer.insert_runs(rows)]
         durable.record(name, StepState.WAITING, output=_json.dumps({"run_ids": ids}, what="map"))
-    with durable.app.connection() as conn:
+    with durable.database.connection() as conn:
         found = conn.execute(_sql.query("children_states"), {"ids": ids}).fetchall()
     by_id = {row[0]: row for row in found}
     outcomes: list[dict[str, Any]] = []
@@ -77,8 +77,8 @@ def map_children(
     text = _json.dumps(
         outcomes,
         what=f"the results of map {name!r}",
-        limit=durable.app.max_payload_bytes,
-        max_depth=durable.app.max_json_depth + 2,
+        limit=durable.database.max_payload_bytes,
+        max_depth=durable.database.max_json_depth + 2,
     )
     durable.record(name, StepState.SUCCEEDED, output=text)
     return _outcomes(_json.loads(text))

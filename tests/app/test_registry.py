@@ -42,7 +42,7 @@ def test_limits_outside_1_to_limit_max_are_out_of_range(value: int) -> None:
 
 def test_a_task_is_named_after_its_module_and_qualname() -> None:
     app = make_app()
-    task = _registry.register(app, double, workflow=False)
+    task = app.registry.register(double, workflow=False)
     assert task.name == f"{__name__}.double"
     assert app.tasks == {task.name: task}
     assert task.queue == app.default_queue
@@ -51,10 +51,10 @@ def test_a_task_is_named_after_its_module_and_qualname() -> None:
 
 def test_two_functions_under_one_name_are_refused_and_one_twice_is_not() -> None:
     app = make_app()
-    first = _registry.register(app, double, workflow=False, name="math.scale")
-    _registry.register(app, double, workflow=False, name="math.scale")
+    first = app.registry.register(double, workflow=False, name="math.scale")
+    app.registry.register(double, workflow=False, name="math.scale")
     with pytest.raises(ValueError, match=r"two tasks are named 'math\.scale'"):
-        _registry.register(app, triple, workflow=False, name="math.scale")
+        app.registry.register(triple, workflow=False, name="math.scale")
     assert app.tasks["math.scale"].fn is first.fn
 
 
@@ -62,15 +62,15 @@ def test_an_unknown_task_names_the_registered_ones() -> None:
     app = make_app()
     with pytest.raises(pgqueue.UnknownTask, match="this app registers: none"):
         _registry.find_task(app.tasks, "nope")
-    _registry.register(app, double, workflow=False, name="b")
-    _registry.register(app, triple, workflow=False, name="a")
+    app.registry.register(double, workflow=False, name="b")
+    app.registry.register(triple, workflow=False, name="a")
     with pytest.raises(pgqueue.UnknownTask, match=r"this app registers: a, b$"):
         _registry.find_task(app.tasks, "nope")
 
 
 def test_a_schedule_name_holds_one_definition() -> None:
     app = make_app()
-    task = _registry.register(app, double, workflow=False)
+    task = app.registry.register(double, workflow=False)
     hourly = _schedules.define(app, "s", "0 * * * *", task, args=(1,))
     schedules: dict[str, _schedules.Schedule] = {}
     assert _registry.add_schedule(schedules, "s", hourly) is hourly

@@ -12,23 +12,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
     from pgqueue.contrib.django.backend import PgQueueBackend
+    from pgqueue.contrib.django.conf import get_app
     from pgqueue.contrib.django.transactions import enqueue_on_commit
 
 __all__ = ["PgQueueBackend", "enqueue_on_commit", "get_app"]
 
 
-def get_app() -> App:
-    """The project's pgqueue App (settings.PGQUEUE['APP']), configured from DATABASES."""
-    from pgqueue.contrib.django import conf
-
-    return conf.get_app()
-
-
 def __getattr__(name: str) -> Any:
     # Imported lazily: this package is imported while Django populates INSTALLED_APPS,
     # before settings and models may be touched.
+    if name == "get_app":  # the project's App (settings.PGQUEUE['APP'])
+        from pgqueue.contrib.django.conf import get_app
+
+        return get_app
     if name == "PgQueueBackend":
         from pgqueue.contrib.django.backend import PgQueueBackend
 

@@ -29,7 +29,6 @@ from typing import Any
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from pgqueue.app import App
 from pgqueue.contrib.django import conf
 from pgqueue.contrib.django._framework import (
     BaseTaskBackend,
@@ -46,8 +45,11 @@ from pgqueue.contrib.django._framework import (
 from pgqueue.contrib.django._framework import Task as DjangoTask
 from pgqueue.contrib.django.transactions import PendingRunHandle
 from pgqueue.errors import RunNotFound
-from pgqueue.runs.handle import Run, RunHandle
+from pgqueue.ops.operations import Operator
+from pgqueue.runs.handle import RunHandle
+from pgqueue.runs.run import Run
 from pgqueue.states import RunState
+from pgqueue.tasks.registry import Registry
 from pgqueue.tasks.task import CONTEXT_ONLY, BoundTask, Task
 from pgqueue.workflows.context import Context
 
@@ -75,9 +77,15 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
         return None if value is None else int(value)
 
     @functools.cached_property
-    def app(self) -> App:
+    def registry(self) -> Registry:
+        """Where the Django tasks are registered: the registry of the App that
+        OPTIONS['APP'] names, else of PGQUEUE['APP'] (set up from the settings)."""
         spec = self.options.get("APP")
-        return conf.setup(conf._load(spec)) if spec else conf.setup()
+        return (conf.setup(conf.load(spec)) if spec else conf.setup()).registry
+
+    @functools.cached_property
+    def operator(self) -> Operator:
+        return Operator(self.registry.database)
 
     def validate_task(self, task: DjangoTask[Any, Any]) -> None:
         super().validate_task(task)
@@ -90,14 +98,14 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def pgqueue_task(self, task: DjangoTask[Any, Any]) -> Task[Any, Any]:
         """The pgqueue task that runs `task` (registered on first use)."""
-        app, name = self.app, task.module_path
-        existing = app.tasks.get(name)
+        registry, name = self.registry, task.module_path
+        existing = registry.tasks.get(name)
         if existing is not None and getattr(existing.fn, MARK, None) is not None:
             return existing
         runner = _runner(task, self.alias)
         # Sync runners take pgqueue's Context first (for the attempt and the signals), as
         # workflows do; async ones cannot (workflows are sync).
-        register = app.task if inspect.iscoroutinefunction(runner) else app.workflow
+        register = registry.task if inspect.iscoroutinefunction(runner) else registry.workflow
         registered: Task[Any, Any] = register(
             name=name, queue=task.queue_name, priority=-task.priority
         )(runner)
@@ -153,13 +161,13 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
         task_enqueued.send(type(self), task_result=result)
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
-        app = self.app
+        operator = self.operator
         try:
-            run = app.get_run(int(result_id))
+            run = operator.get_run(int(result_id))
         except (ValueError, RunNotFound):
             raise TaskResultDoesNotExist(result_id) from None
         task = self._django_task(run)
-        recorded = app.run_errors(run.id)
+        recorded = operator.run_errors(run.id)
         errors = [
             TaskError(
                 exception_class_path=_exception_path(e["traceback"] or e["message"]),
@@ -195,7 +203,7 @@ class PgQueueBackend(BaseTaskBackend):  # type: ignore[misc]
         return result
 
     def _django_task(self, run: Run) -> DjangoTask[Any, Any]:
-        registered = self.app.tasks.get(run.task)
+        registered = self.registry.tasks.get(run.task)
         task = getattr(registered.fn, MARK, None) if registered is not None else None
         if task is None:
             try:
@@ -272,7 +280,9 @@ def _worker_ids(
 def _running(task: DjangoTask[Any, Any], alias: str, ctx: Context) -> TaskResult[Any]:
     now = datetime.now(UTC)
     # a first attempt (most runs) asks the database nothing
-    earlier = ctx._app.run_errors(ctx.run_id) if ctx.attempt > 1 and ctx._app else []
+    earlier = (
+        Operator(ctx.database).run_errors(ctx.run_id) if ctx.attempt > 1 and ctx.database else []
+    )
     return TaskResult(
         task=task,
         id=str(ctx.run_id),

@@ -49,7 +49,7 @@ def app_spec() -> str:
 
 
 @cache
-def _load(spec: str) -> App:
+def load(spec: str) -> App:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ImproperlyConfigured(
@@ -65,7 +65,7 @@ def _load(spec: str) -> App:
 
 def get_app() -> App:
     """The project's pgqueue App (PGQUEUE['APP']), configured by the app's ready()."""
-    return _load(app_spec())
+    return load(app_spec())
 
 
 def database_dsn(alias: str | None = None) -> str:
@@ -120,7 +120,7 @@ def setup(app: App | None = None) -> App:
     transactions = DjangoTransactions()
     app.connection_provider = transactions
     app.enqueue_deferrer = transactions.defer
-    worker.install(app)
+    worker.install(app.sync_wrappers)
     _apps.add(app)
     return app
 

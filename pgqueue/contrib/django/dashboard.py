@@ -39,7 +39,7 @@ def dashboard() -> Dashboard:
             f"the pgqueue dashboard needs {exc.name}: pip install 'pgqueue-jobs[dashboard]'"
         ) from None
     with _lock:
-        if _dashboard is None or _dashboard.app is not conf.get_app():
+        if _dashboard is None or _dashboard.database is not conf.get_app().database:
             options = conf.options().get("DASHBOARD", {})
             _dashboard = Dashboard(conf.get_app(), read_only=bool(options.get("READ_ONLY")))
         return _dashboard

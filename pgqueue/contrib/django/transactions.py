@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import psycopg
 from django.db import connections, transaction
 
+from pgqueue.enqueue.options import RunRow
 from pgqueue.errors import PgQueueError
 from pgqueue.runs.handle import RunHandle
-from pgqueue.tasks.task import BoundTask, RunRow, Task
+from pgqueue.tasks.task import BoundTask, Task
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.db.database import Database
+    from pgqueue.enqueue.enqueuer import Enqueuer
 
 P = ParamSpec("P")
 
@@ -44,8 +46,8 @@ class PendingRunHandle(RunHandle):
     inserted when the transaction commits, so `id` (and wait(), get()...) work once the
     atomic block is over; before that, or after a rollback, they raise RunNotCommitted."""
 
-    def __init__(self, app: App) -> None:
-        object.__setattr__(self, "app", app)
+    def __init__(self, database: Database) -> None:
+        object.__setattr__(self, "database", database)
 
     def __getattr__(self, name: str) -> Any:
         # Only called for attributes not set yet: id and created, until the commit.
@@ -60,7 +62,8 @@ class PendingRunHandle(RunHandle):
     def committed(self) -> bool:
         return "id" in self.__dict__
 
-    def _created(self, handle: RunHandle) -> None:
+    def inserted(self, handle: RunHandle) -> None:
+        """The run was inserted at the commit, as `handle`."""
         object.__setattr__(self, "id", handle.id)
         object.__setattr__(self, "created", handle.created)
 
@@ -106,27 +109,28 @@ class DjangoTransactions:
         return raw if isinstance(raw, psycopg.Connection) else None
 
     def defer(
-        self, app: App, rows: Sequence[RunRow], headers: str | None = None
+        self, enqueuer: Enqueuer, rows: Sequence[RunRow], headers: str | None = None
     ) -> list[RunHandle] | None:
         alias = self.alias
         connection = connections[alias]
         if not connection.in_atomic_block:
             return None
         connection.validate_no_broken_transaction()
-        pending = [PendingRunHandle(app) for _ in rows]
+        pending = [PendingRunHandle(enqueuer.database) for _ in rows]
         transaction.on_commit(
-            functools.partial(_insert_at_commit, app, list(rows), headers, pending), using=alias
+            functools.partial(_insert_at_commit, enqueuer, list(rows), headers, pending),
+            using=alias,
         )
         return [*pending]
 
 
 def _insert_at_commit(
-    app: App, rows: list[RunRow], headers: str | None, handles: list[PendingRunHandle]
+    enqueuer: Enqueuer, rows: list[RunRow], headers: str | None, handles: list[PendingRunHandle]
 ) -> None:
     # With the trace context of the enqueue's span, which ended when enqueue returned.
-    inserted = app.insert_now(rows, None, headers)
+    inserted = enqueuer.insert_now(rows, None, headers)
     for pending, handle in zip(handles, inserted, strict=True):
-        pending._created(handle)
+        pending.inserted(handle)
 
 
 def enqueue_on_commit(
@@ -141,14 +145,15 @@ def enqueue_on_commit(
 
     bound = task if isinstance(task, BoundTask) else task.options()
     row = bound.task.make_row(args, kwargs, bound.opts)
-    app = bound.task.app
-    handle = PendingRunHandle(app)
+    enqueuer = bound.task.enqueuer
+    handle = PendingRunHandle(enqueuer.database)
     headers = None
-    if app.tracing is not None:
-        with app.tracing.enqueue([row]) as traced:  # the span of this call, not the commit's
+    if enqueuer.tracing is not None:
+        # the span of this call, not the commit's
+        with enqueuer.tracing.enqueue([row]) as traced:
             headers = traced.headers
     transaction.on_commit(
-        functools.partial(_insert_at_commit, app, [row], headers, [handle]),
+        functools.partial(_insert_at_commit, enqueuer, [row], headers, [handle]),
         using=database_alias(),
     )
     return handle

@@ -15,8 +15,7 @@ from typing import TypeVar
 
 from django.db import close_old_connections
 
-from pgqueue.app import App
-from pgqueue.workflows.context import Context
+from pgqueue.workflows.context import Context, SyncWrapper
 
 R = TypeVar("R")
 
@@ -30,7 +29,8 @@ def refresh_connections(ctx: Context, call: Callable[[], R]) -> R:
         close_old_connections()
 
 
-def install(app: App) -> None:
-    """Refresh Django's connections around the sync runs of `app`'s workers (once)."""
-    if refresh_connections not in app.sync_wrappers:
-        app.sync_wrappers.append(refresh_connections)
+def install(sync_wrappers: list[SyncWrapper]) -> None:
+    """Refresh Django's connections around the sync runs of an App's workers (once):
+    `sync_wrappers` is the App's."""
+    if refresh_connections not in sync_wrappers:
+        sync_wrappers.append(refresh_connections)
