@@ -8,7 +8,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from pgqueue.workflows.context import _CURRENT
+from pgqueue.workflows.context import CURRENT
 
 # The LogRecord attributes a record made while a run executes carries (its task's code, its
 # hooks, whatever they call), from pgqueue.current(): the ContextVar the worker sets for
@@ -92,7 +92,7 @@ def install_run_fields() -> None:
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        ctx = _CURRENT.get(None)
+        ctx = CURRENT.get(None)
         if ctx is not None:
             record.pgqueue_run_id = ctx.run_id
             record.pgqueue_task = ctx.task

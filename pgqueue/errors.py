@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pgqueue.runs.run import Run
 
+# The longest delay or timeout pgqueue accepts, 100 years: beyond it now() + delay overflows
+# sooner or later, and nobody means it (pgqueue.enqueue.checks, RetryPolicy, RetryAfter).
+MAX_SECONDS = 100 * 365 * 86400
+
 
 class PgQueueError(Exception):
     """Base class of every pgqueue error."""
@@ -80,8 +84,6 @@ class RetryAfter(Exception):
     """Raise from a task to run it again after `seconds` without using an attempt."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
-        from pgqueue.enqueue.checks import MAX_SECONDS
-
         # math.inf: no due time (the run stays scheduled at the latest due time, until
         # canceled); any other value must give a due time the database can store
         # (docs/security.md, Input limits)

@@ -37,7 +37,7 @@ from pgqueue.runs.handle import RunHandle, outcome
 from pgqueue.runs.run import Run
 from pgqueue.states import RunState
 from pgqueue.tasks.task import CONTEXT_ONLY, RunRow, Task
-from pgqueue.workflows.context import _CURRENT, Context, call_as
+from pgqueue.workflows.context import CURRENT, Context, call_as
 
 __all__ = [
     "EagerRefused",
@@ -349,7 +349,7 @@ async def _run_eagerly_async(
     if (earlier := log.by_key(app, row)) is not None:
         return earlier
     task, ctx, args, kwargs = _prepare(app, log, row)
-    token = _CURRENT.set(ctx)
+    token = CURRENT.set(ctx)
     try:
         if task.is_async:
             result = await task.fn(*args, **kwargs)
@@ -358,7 +358,7 @@ async def _run_eagerly_async(
     except Exception as exc:
         return _finish(app, log, task, ctx, row, exc=exc, propagate=propagate)
     finally:
-        _CURRENT.reset(token)
+        CURRENT.reset(token)
     return _finish(app, log, task, ctx, row, result=result, propagate=propagate)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import unicodedata
 from datetime import UTC, datetime, timedelta
 
-from pgqueue.errors import InvalidArguments, OutOfRange, UserError
+from pgqueue.errors import MAX_SECONDS, InvalidArguments, OutOfRange, UserError
 
 MAX_NAME_LENGTH = 200
 # Group, idempotency and event keys: refused above this many bytes (see check_key).
@@ -18,9 +18,8 @@ MAX_REASON_BYTES = 1000  # a cancel reason (pgqueue.cancel() checks it too)
 # The columns' ranges: runs.priority is a smallint, runs.max_attempts an integer.
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 MAX_ATTEMPTS_MAX = 2**31 - 1
-# Delays and timeouts: beyond this, now() + delay overflows sooner or later, and nobody
-# means it. (A NaN fails both comparisons in check_seconds: refused too.)
-MAX_SECONDS = 100 * 365 * 86400
+# Delays and timeouts: at most MAX_SECONDS (pgqueue.errors). A NaN fails both comparisons
+# in check_seconds: refused too.
 # Due times (run_at, sleep_until, a wait's deadline, an event's delivery): finite, and
 # within these two instants, inclusive. Python's datetime holds years 1 to 9999, and a
 # server answers a timestamptz in its own TimeZone, up to 16 hours either way of UTC:

@@ -1,72 +1,33 @@
-"""Read-only queries behind App's inspection calls (get_run, list_runs, stats of queues,
-groups and workers): each takes a connection and runs one file of sql/.
-
-Their cursors read timestamps with EdgeTimestamptzLoader: a stored time that Python's
-datetime cannot hold (infinity, a BC date, year 10000, which migration 0022's
-constraints keep out of new rows) reads as datetime.min or datetime.max instead of
-failing the whole listing."""
+"""Read-only queries behind App's inspection calls (list_runs, stats of queues, groups and
+workers): each takes a connection and runs one file of sql/, through pgqueue.runs.read's
+cursor (which reads an out-of-range timestamp as datetime.min or datetime.max)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
-from psycopg.types.datetime import TimestamptzLoader
 
 from pgqueue.db import sql as _sql
-from pgqueue.runs.handle import check_run_id, found_run
+from pgqueue.runs.read import cursor
 from pgqueue.runs.run import Run
 from pgqueue.runs.terminal import printable, seconds_text
 
 Conn = psycopg.Connection[Any]
 
 
-class EdgeTimestamptzLoader(TimestamptzLoader):
-    """A timestamptz, or datetime.min / datetime.max (UTC) for one out of their range."""
-
-    def load(self, data: Any) -> datetime:
-        try:
-            return super().load(data)
-        except psycopg.DataError:
-            text = bytes(data)
-            early = text.startswith(b"-") or text.endswith(b" BC")
-            return (datetime.min if early else datetime.max).replace(tzinfo=UTC)
-
-
-def _cursor(conn: Conn) -> psycopg.Cursor[dict[str, Any]]:
-    cur = conn.cursor(row_factory=dict_row)
-    cur.adapters.register_loader("timestamptz", EdgeTimestamptzLoader)
-    return cur
-
-
-def get_run(conn: Conn, run_id: int) -> Run:
-    with _cursor(conn) as cur:
-        row = cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)}).fetchone()
-    return found_run(run_id, row)
-
-
-async def get_run_async(conn: psycopg.AsyncConnection[Any], run_id: int) -> Run:
-    """get_run's async twin (its cursor reads timestamps as psycopg does)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_sql.query("get_run"), {"id": check_run_id(run_id)})
-        row = await cur.fetchone()
-    return found_run(run_id, row)
-
-
 def list_runs(
     conn: Conn, *, state: str | None, queue: str | None, task: str | None, limit: int
 ) -> list[Run]:
     params = {"state": state, "queue": queue, "task": task, "limit": limit}
-    with _cursor(conn) as cur:
+    with cursor(conn) as cur:
         return [Run.from_row(r) for r in cur.execute(_sql.query("list_runs"), params)]
 
 
 def rows(conn: Conn, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every row of query `name` as a dict (run_errors, run_steps, busiest_groups,
     queue_summary, list_workers)."""
-    with _cursor(conn) as cur:
+    with cursor(conn) as cur:
         return cur.execute(_sql.query(name), params).fetchall()
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue.errors import ConfigError
 from pgqueue.states import RunState
@@ -20,7 +20,19 @@ from pgqueue.states import RunState
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from pgqueue.worker.probes import Probes
+
+class Answer(Protocol):
+    """A probe's answer (pgqueue.worker.probes.Probe)."""
+
+    status: int
+    body: dict[str, Any]
+
+
+class Probes(Protocol):
+    """What answers the worker's probe paths (pgqueue.worker.probes.Probes)."""
+
+    def answer(self, path: str) -> Answer | None: ...
+
 
 # A WSGI application: (environ, start_response) -> body chunks.
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

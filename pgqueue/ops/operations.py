@@ -1,7 +1,7 @@
 """The Operator: the calls of operators and inspection on a database (App delegates to
 it): runs and their errors and steps, cancel and retry (one run, or every run that
 matches a filter), queue limits and pauses, groups, workers, schedules in the database,
-pruning history. Each opens one pooled connection and runs its query in
+pruning history. Each opens one pooled connection and runs its query in pgqueue.runs.read,
 pgqueue.ops.inspect, operator, bulk or retention, or pgqueue.schedules.schedule."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import inspect as _inspect
 from pgqueue.ops import operator as _operator
 from pgqueue.ops import retention as _retention
+from pgqueue.runs import read as _read
 from pgqueue.runs.handle import RunHandle
 from pgqueue.runs.run import Run
 from pgqueue.schedules import schedule as _schedules
@@ -36,11 +37,11 @@ class Operator:
 
     def get_run(self, run_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Run:
         with self.database.connection(conn) as c:
-            return _inspect.get_run(c, run_id)
+            return _read.get_run(c, run_id)
 
     async def get_run_async(self, run_id: int, *, conn: AsyncConn | None = None) -> Run:
         async with self.database.async_connection(conn) as c:
-            return await _inspect.get_run_async(c, run_id)
+            return await _read.get_run_async(c, run_id)
 
     def list_runs(
         self,

@@ -10,7 +10,7 @@ import psycopg
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.checks import MAX_REASON_BYTES, check_key
 from pgqueue.errors import UserError
-from pgqueue.runs.handle import check_run_id
+from pgqueue.runs.read import check_run_id
 from pgqueue.tasks.rates import Rate, parse_rate, rate_params
 
 Conn = psycopg.Connection[Any]

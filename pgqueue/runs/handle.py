@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue.db import faults as _faults
 from pgqueue.db import sql as _sql
-from pgqueue.errors import RunCanceled, RunFailed, RunNotFound
+from pgqueue.errors import RunCanceled, RunFailed
+from pgqueue.runs import read
 from pgqueue.runs import waiters as _waiters
 from pgqueue.runs.run import Run
 from pgqueue.states import RunState
@@ -54,16 +55,12 @@ class RunHandle:
         return out
 
     def get(self) -> Run:
-        from pgqueue.ops import inspect
-
         with self.database.connection() as c:
-            return inspect.get_run(c, self.id)
+            return read.get_run(c, self.id)
 
     async def get_async(self) -> Run:
-        from pgqueue.ops import inspect
-
         async with self.database.async_connection() as c:
-            return await inspect.get_run_async(c, self.id)
+            return await read.get_run_async(c, self.id)
 
     def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
@@ -167,18 +164,3 @@ def outcome(run: Run) -> Any:
     if run.state == RunState.CANCELED:
         raise RunCanceled(run)
     return PENDING
-
-
-def check_run_id(run_id: int) -> int:
-    """`run_id`, or RunNotFound if no run can have it (ids are bigints): the query would
-    otherwise look for a function of numeric and fail as if the schema were missing."""
-    if not -(2**63) <= run_id < 2**63:
-        raise RunNotFound(f"no run with id {run_id} (run ids are 64-bit integers)")
-    return run_id
-
-
-def found_run(run_id: int, row: dict[str, Any] | None) -> Run:
-    """The Run from get_run.sql's row, or RunNotFound."""
-    if row is None:
-        raise RunNotFound(f"no run with id {run_id} (it may have been pruned)")
-    return Run.from_row(row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pgqueue.enqueue.checks import MAX_SECONDS
+from pgqueue.errors import MAX_SECONDS
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks.task import Task
 from pgqueue.worker.connection import Undecodable
 from pgqueue.worker.records import Held, Outcome
-from pgqueue.workflows.context import _CURRENT, Context, call_as
+from pgqueue.workflows.context import CURRENT, Context, call_as
 from pgqueue.workflows.durable import Suspend
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ async def attempt(
     try:
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
             # this attempt's own asyncio task (Executor.execute): its own context
-            _CURRENT.set(ctx)
+            CURRENT.set(ctx)
             coro = task.fn(*args, **kwargs)  # never a workflow: those are sync (Task)
             try:
                 result = await _await_async(held, coro, held.row.timeout_seconds, expire)
@@ -362,11 +362,11 @@ async def run_hook(rt: Runtime, held: Held, task: Task[Any, Any], outcome: Outco
     value = _json.loads(outcome.result or "null") if which == "on_success" else outcome.error
     try:
         if asyncio.iscoroutinefunction(hook):
-            token = _CURRENT.set(ctx)
+            token = CURRENT.set(ctx)
             try:
                 await hook(ctx, value)
             finally:
-                _CURRENT.reset(token)
+                CURRENT.reset(token)
         else:
             call = functools.partial(call_as, ctx, hook, ctx, value)
             await rt.threads.submit(rt.wrap_sync(ctx, call) if rt.sync_wrappers else call)

@@ -25,14 +25,14 @@ if TYPE_CHECKING:
     from pgqueue.workflows.durable import Durable
 
 _CANCEL_LOCK = threading.Lock()  # shared: taken only to cancel or to wait for a cancel
-_CURRENT: contextvars.ContextVar[Context] = contextvars.ContextVar("pgqueue.current")
+CURRENT: contextvars.ContextVar[Context] = contextvars.ContextVar("pgqueue.current")
 
 
 def current() -> Context:
     """The Context of the attempt whose code is running (any task, plain or workflow,
     sync or async, and its hooks). RuntimeError outside a run."""
     try:
-        return _CURRENT.get()
+        return CURRENT.get()
     except LookupError:
         raise RuntimeError(
             "pgqueue.current() was called outside a run: only a task's code (and its "
@@ -50,11 +50,11 @@ def _on_event_loop() -> bool:
 
 def call_as(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """fn(*args, **kwargs) with `ctx` as pgqueue.current() (in a worker thread)."""
-    token = _CURRENT.set(ctx)
+    token = CURRENT.set(ctx)
     try:
         return fn(*args, **kwargs)
     finally:
-        _CURRENT.reset(token)
+        CURRENT.reset(token)
         writer = ctx.progress_writer
         if writer is not None:
             writer.flush()

@@ -10,19 +10,20 @@ import pytest
 
 import pgqueue
 from pgqueue.ops import inspect as _inspect
+from pgqueue.runs import read as _read
 
 Conn = psycopg.Connection[Any]
 
 
 def test_get_run_reads_the_row_or_says_it_is_not_found(app: pgqueue.App, conn: Conn) -> None:
     handle = app.enqueue_by_name("inspect.send", [1], {"to": "a"}, queue="mail")
-    run = _inspect.get_run(conn, handle.id)
+    run = _read.get_run(conn, handle.id)
     assert (run.id, run.task, run.queue, run.state) == (handle.id, "inspect.send", "mail", "queued")
     assert (run.args, run.kwargs) == ([1], {"to": "a"})
     with pytest.raises(pgqueue.RunNotFound, match="may have been pruned"):
-        _inspect.get_run(conn, handle.id + 1000)
+        _read.get_run(conn, handle.id + 1000)
     with pytest.raises(pgqueue.RunNotFound, match="64-bit"):
-        _inspect.get_run(conn, -(2**63) - 1)
+        _read.get_run(conn, -(2**63) - 1)
 
 
 def test_list_runs_filters_and_puts_the_newest_first(app: pgqueue.App, conn: Conn) -> None:

@@ -11,12 +11,13 @@ import pytest
 import pgqueue
 from pgqueue.ops import inspect as _inspect
 from pgqueue.ops import operator as _operator
+from pgqueue.runs import read as _read
 
 Conn = psycopg.Connection[Any]
 
 
 def state(conn: Conn, run_id: int) -> str:
-    return _inspect.get_run(conn, run_id).state
+    return _read.get_run(conn, run_id).state
 
 
 def test_cancel_finishes_an_unfinished_run_once(app: pgqueue.App, conn: Conn) -> None:
@@ -45,7 +46,7 @@ def test_retry_queues_a_finished_run_again_and_records_it(app: pgqueue.App, conn
     _operator.cancel(conn, run_id, children=False, reason="wrong recipient")
     conn.execute("UPDATE pgqueue.runs SET error = 'ValueError: boom' WHERE id = %s", [run_id])
     assert _operator.retry(conn, run_id) is True
-    run = _inspect.get_run(conn, run_id)
+    run = _read.get_run(conn, run_id)
     # queued again, it shows neither the last error nor why it was canceled
     assert (run.state, run.error, run.cancel_reason) == ("queued", None, None)
     kinds = [e["kind"] for e in _inspect.rows(conn, "run_errors", {"id": run_id})]
