@@ -6,7 +6,7 @@ PgBouncer in session mode (NOTIFY passes) and through PgBouncer in transaction m
     python -m bench.poolers [--server DSN] [--runs 40] [--polls 1,5]
 
 Needs the `pgbouncer` binary (Debian: apt-get install pgbouncer); it runs PgBouncer the
-way tests/test_poolers.py does (tests/pgbouncer.py). Runs are enqueued one at a time
+way tests/faults/test_poolers.py does (tests/pgbouncer.py). Runs are enqueued one at a time
 through the same connection path as the worker, at random gaps (a tenth of a second
 apart for NOTIFY, 0.5 to 1.5 poll intervals apart when polling, so that enqueues fall
 anywhere in the poll cycle); pickup = started_at - created_at, both the server's clock.

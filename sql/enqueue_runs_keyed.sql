@@ -1,5 +1,5 @@
 -- enqueue_runs.sql for a batch in which some runs have an idempotency key: the same
--- statement plus ON CONFLICT (the parts in sql/parts/ are shared; tests/test_enqueue.py
+-- statement plus ON CONFLICT (the parts in sql/parts/ are shared; tests/enqueue/test_enqueue.py
 -- checks that the clause is all that differs).
 -- A run whose key is taken, by an earlier run or by an earlier run of this batch, is
 -- skipped: the caller looks the holder up (runs_by_idempotency_key.sql).

@@ -1,4 +1,4 @@
-"""A real PgBouncer in front of the test database, for tests/test_poolers.py.
+"""A real PgBouncer in front of the test database, for tests/faults/test_poolers.py.
 
 PgBouncer refuses to run as root, so as root (CI) it runs as another user: `nobody` in
 front of a TCP server, and the owner of the socket directory in front of a server that

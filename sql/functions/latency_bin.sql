@@ -8,7 +8,7 @@
 -- planner from inlining it, and a call then costs about 2.3 us more (ten times the
 -- inlined expression; twice per finished run in the fold). Instead every name in the
 -- body is qualified (functions, operators, types), so it means the same whatever the
--- caller's search_path (tests/test_search_path.py checks both).
+-- caller's search_path (tests/e2e/test_search_path.py checks both).
 CREATE OR REPLACE FUNCTION pgqueue.latency_bin(seconds double precision) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$

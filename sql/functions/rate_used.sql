@@ -5,7 +5,7 @@
 -- and restores search_path around every call, about 5 us (a third more per call; once
 -- per rate-limited group a claim visits, in claim_limited()). Instead every name in the
 -- body is qualified (functions, operators, types), so it means the same whatever the
--- caller's search_path (tests/test_search_path.py checks both). ROWS FROM (two unnests)
+-- caller's search_path (tests/e2e/test_search_path.py checks both). ROWS FROM (two unnests)
 -- is what an unqualified unnest(slots, counts) in FROM stands for.
 CREATE OR REPLACE FUNCTION pgqueue.rate_used(
     slots timestamptz[], counts integer[], since timestamptz

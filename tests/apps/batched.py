@@ -1,4 +1,5 @@
-"""Tasks for tests/test_uniqueness.py, tests/test_batches.py and tests/test_fanout.py."""
+"""Tasks for tests/enqueue/test_unique.py, tests/enqueue/test_batches.py and
+tests/workflows/test_fanout.py."""
 
 from __future__ import annotations
 

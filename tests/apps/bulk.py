@@ -1,4 +1,4 @@
-"""A workflow for tests/app/test_bulk.py's worker process: runs until it is canceled."""
+"""A workflow for tests/ops/test_bulk.py's worker process: runs until it is canceled."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tasks that look at their own run (pgqueue.current(), progress, hooks, validators), for
-tests/test_context.py's worker processes. Side effects go to table `effects`."""
+tests/workflows/test_context.py's worker processes. Side effects go to table `effects`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Workflows for tests/test_context_flows.py: step and call timeouts, emit_event as a step,
-a step visible while it runs, and durable sleeps and event waits woken on time."""
+"""Workflows for tests/workflows/test_context_flows.py: step and call timeouts, emit_event
+as a step, a step visible while it runs, and durable sleeps and event waits woken on time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workflows used by tests/test_workflows.py worker processes."""
+"""Workflows used by tests/workflows/test_durable.py worker processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks for tests/test_search_path.py: one of each kind of work a worker does, so that a
+"""Tasks for tests/e2e/test_search_path.py: one of each kind of work a worker does, so that a
 worker running them calls every pgqueue function and claim statement (plain, rated and
 limited claims, workflows, batches, progress)."""
 

@@ -1,4 +1,4 @@
-"""Tasks for tests/test_poolers.py: plain, async and workflow runs with steps, a child it
+"""Tasks for tests/faults/test_poolers.py: plain, async and workflow runs with steps, a child it
 waits for and a child it spawns, all through a pooler."""
 
 from __future__ import annotations

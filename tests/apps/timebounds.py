@@ -1,4 +1,4 @@
-"""Tasks for tests/test_time_bounds.py: due times past the bounds asked for from task code
+"""Tasks for tests/e2e/test_time_bounds.py: due times past the bounds asked for from task code
 (a retry, a durable sleep), and a plain task that must complete beside them."""
 
 from __future__ import annotations

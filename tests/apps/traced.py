@@ -1,4 +1,4 @@
-"""A traced app for tests/test_otel.py: its spans go to the JSON-lines file named by
+"""A traced app for tests/contrib/test_otel.py: its spans go to the JSON-lines file named by
 $PGQUEUE_TEST_SPANS (the worker process's exporter), or to whatever exporter a test
 installs in-process."""
 

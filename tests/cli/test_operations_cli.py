@@ -1,5 +1,5 @@
 """The operations commands: `pgqueue prune`, `pgqueue worker --keep-*` and retention
-options, `pgqueue stats` (the views and the worker's pruning: tests/test_operations.py)."""
+options, `pgqueue stats` (the views and the worker's pruning: tests/ops/test_operations.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import pgqueue
 from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import ROOT, InProcessWorker, WorkerProcess, scalar, wait_until
-from tests.test_operations import finished, insert_run
+from tests.ops.test_operations import finished, insert_run
 
 
 def test_prune_cli_deletes_in_batches_with_cascades(

@@ -1,5 +1,5 @@
 """`pgqueue schedules`: list, pause, resume, trigger (the schedules themselves:
-tests/test_schedules.py)."""
+tests/schedules/test_schedule.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pgqueue
 from pgqueue.schedules import schedule as schedules
 from tests.cli.helpers import assert_user_error, cli
 from tests.helpers import scalar
-from tests.test_schedules import fire_round
+from tests.schedules.test_schedule import fire_round
 
 
 def test_schedules_cli_list_pause_resume_trigger(

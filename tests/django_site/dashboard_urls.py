@@ -1,4 +1,4 @@
-"""The example project's URLs with the dashboard mounted (tests/test_dashboard_django.py)."""
+"""The example project's URLs with the dashboard mounted (tests/dashboard/test_django.py)."""
 
 from django.urls import include, path
 from myproj.urls import urlpatterns as project

@@ -1,10 +1,11 @@
 """Django on psycopg2: what enqueue does inside and outside transaction.atomic().
 
-Run by tests/test_django.py in a process of its own (psycopg 3 must be hidden from Django
-before it loads its backend), with DJANGO_SETTINGS_MODULE=tests.django_site.settings,
-DJANGO_DB_DRIVER=psycopg2 and DATABASE_URL (a migrated database). Prints what it saw as
-JSON; the test asserts on it. Runs are counted through a connection of its own (psycopg 3),
-as another process would see them."""
+Run by tests/contrib/django/test_django.py in a process of its own (psycopg 3 must be
+hidden from Django before it loads its backend), with
+DJANGO_SETTINGS_MODULE=tests.django_site.settings, DJANGO_DB_DRIVER=psycopg2 and
+DATABASE_URL (a migrated database). Prints what it saw as JSON; the test asserts on it.
+Runs are counted through a connection of its own (psycopg 3), as another process would
+see them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A minimal Django project for tests that need settings of their own (tests/test_django.py):
-the database comes from $DATABASE_URL, under three aliases with different connection
-lifetimes; DJANGO_DB_DRIVER=psycopg2 puts Django on psycopg2."""
+"""A minimal Django project for tests that need settings of their own
+(tests/contrib/django/test_django.py): the database comes from $DATABASE_URL, under three
+aliases with different connection lifetimes; DJANGO_DB_DRIVER=psycopg2 puts Django on psycopg2."""
 
 from __future__ import annotations
 

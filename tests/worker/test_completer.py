@@ -18,7 +18,7 @@ from pgqueue.db import faults as _faults
 from pgqueue.db.pool import AsyncCheckedPool
 from pgqueue.worker._completer import Completer
 from pgqueue.worker.records import Held, Outcome
-from tests.app.test_faults import terminate
+from tests.db.test_faults import terminate
 from tests.helpers import free_port, wait_until
 from tests.worker import parts
 

@@ -1,6 +1,6 @@
 """The Django admin of pgqueue runs (pgqueue.contrib.django.admin), through Django's test
-client on the example project (the fixtures of tests/test_django.py): who may act, and what
-a run's page shows."""
+client on the example project (the fixtures of tests/contrib/django/test_django.py): who
+may act, and what a run's page shows."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ if importlib.util.find_spec("django.tasks") is None:
     pytest.importorskip("django_tasks")
 
 from pgqueue.testing import drain
-from tests.test_django import project_dsn, template
+from tests.contrib.django.test_django import project_dsn, template
 
-__all__ = ["project_dsn", "template"]  # fixtures, shared with tests/test_django.py
+__all__ = ["project_dsn", "template"]  # fixtures, shared with tests/contrib/django/test_django.py
 
 FLOW = "tests.admin_flow"
 

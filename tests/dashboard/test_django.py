@@ -1,6 +1,6 @@
 """The dashboard mounted in Django (docs/dashboard.md): behind Django's own login, staff to view,
 the pgqueue.change_run permission to act. Runs on the example project, as
-tests/test_django.py does, with the dashboard included in its URLs."""
+tests/contrib/django/test_django.py does, with the dashboard included in its URLs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ pytest.importorskip("django")
 if importlib.util.find_spec("django.tasks") is None:
     pytest.importorskip("django_tasks")
 
+from tests.contrib.django.test_django import project_dsn, template
 from tests.helpers import scalar
-from tests.test_django import project_dsn, template
 
 __all__ = ["project_dsn", "template"]
 
@@ -121,7 +121,7 @@ def test_the_mounted_dashboard_without_jinja2_leaves_manage_py_working(
 ) -> None:
     """Only pgqueue-jobs[django] installed: the URLconf that includes the dashboard loads
     (every manage.py command loads it), and the dashboard says what to install."""
-    from tests.test_django import PROJECT
+    from tests.contrib.django.test_django import PROJECT
     from tests.webapps import run_command
 
     done = run_command(

@@ -1,8 +1,8 @@
 """The dashboard against hostile requests (issue 40), through Starlette's test client and
 a real database: forged Host headers (DNS rebinding), Origins, CSRF tokens of another
 session, sessions that expired, guessed tokens, redirects off the site, cookies and input
-the handler did not expect. tests/test_dashboard_server.py covers what needs a real
-server (bodies, slow clients, proxies); tests/test_dashboard_browser.py rebinding in
+the handler did not expect. tests/dashboard/test_serve.py covers what needs a real
+server (bodies, slow clients, proxies); tests/dashboard/test_browser.py rebinding in
 Chromium."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from pgqueue.dashboard import asgi
 from pgqueue.dashboard.core import CSRF_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, Dashboard
 from pgqueue.errors import ConfigError, UserError
+from tests.dashboard.test_routes import batch_of, client, csrf, enqueue
+from tests.dashboard.test_routes import web as web  # a fixture
 from tests.helpers import run_state
-from tests.test_dashboard import batch_of, client, csrf, enqueue
-from tests.test_dashboard import web as web  # a fixture
 
 SECRET_ARG = "secret-api-key-456"
 FORGED = "rebind.attacker.example:8765"

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("uvicorn")
 
 from pgqueue.dashboard.serve import HEADER_TIMEOUT
+from tests.dashboard.test_routes import enqueue
 from tests.helpers import ROOT, free_port, run_state, wait_until
-from tests.test_dashboard import enqueue
 
 TOKEN = "s3cret-token"
 
