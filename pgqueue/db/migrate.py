@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,14 @@ log = logging.getLogger("pgqueue")
 MIGRATION_LOCK = 7_364_203_911
 # How long a migration waits for that lock by default, in seconds.
 LOCK_TIMEOUT = 60.0
+# How long a migration's statement waits for a table's lock (lock_timeout), in seconds:
+# while an ALTER TABLE waits for its exclusive lock, every claim and enqueue on that table
+# waits behind it, so it gives up early and its revision is tried again (DDL_ATTEMPTS
+# times, pausing DDL_PAUSE seconds, doubled each time up to DDL_PAUSE_MAX).
+DDL_LOCK_TIMEOUT = 0.5
+DDL_ATTEMPTS = 10
+DDL_PAUSE = 0.5
+DDL_PAUSE_MAX = 5.0
 
 # Who holds the migration lock: the advisory lock of a bigint key is stored as its high
 # and low 32 bits (classid, objid) with objsubid 1.
@@ -61,28 +70,77 @@ def head() -> str:
     return revisions()[-1]
 
 
-def upgrade(dsn: str, lock_timeout: float = LOCK_TIMEOUT) -> None:
+def upgrade(
+    dsn: str,
+    lock_timeout: float = LOCK_TIMEOUT,
+    ddl_lock_timeout: float = DDL_LOCK_TIMEOUT,
+    ddl_attempts: int = DDL_ATTEMPTS,
+) -> None:
     """Bring the schema to the newest revision. Safe to run again and concurrently: a
     migration waits for another one's end, up to `lock_timeout` seconds, and then raises
-    a UserError naming the session that holds the migration lock."""
+    a UserError naming the session that holds the migration lock.
+
+    Each revision runs in a transaction of its own, and waits for a table's lock at most
+    `ddl_lock_timeout` seconds (claims and enqueues queue behind a waiting ALTER TABLE);
+    a revision that did not get its locks is tried again after a pause, up to
+    `ddl_attempts` times, and then a UserError says what holds them."""
     from alembic import command
 
     if not 0 < lock_timeout <= 86400:
         raise OutOfRange(
             f"lock_timeout must be more than 0 and at most 86400 seconds, not {lock_timeout!r}"
         )
+    if not 0 < ddl_lock_timeout <= 600:
+        raise OutOfRange(
+            "ddl_lock_timeout must be more than 0 and at most 600 seconds, "
+            f"not {ddl_lock_timeout!r}"
+        )
     with _config(dsn) as cfg:
         cfg.attributes["lock_timeout"] = lock_timeout
-        try:
-            command.upgrade(cfg, "head")
-        except Exception as exc:
-            # SQLAlchemy wraps the driver's error as .orig
-            cause = getattr(exc, "orig", exc)
-            if isinstance(cause, pg_errors.InsufficientPrivilege):
-                raise _cannot_migrate(dsn, cause) from None
-            if isinstance(cause, pg_errors.LockNotAvailable):
-                raise _locked(dsn, lock_timeout) from None
-            raise
+        cfg.attributes["ddl_lock_timeout"] = ddl_lock_timeout
+        for attempt in range(1, ddl_attempts + 1):
+            cfg.attributes["holds_migration_lock"] = False
+            try:
+                command.upgrade(cfg, "head")
+                return
+            except Exception as exc:
+                # SQLAlchemy wraps the driver's error as .orig
+                cause = getattr(exc, "orig", exc)
+                if isinstance(cause, pg_errors.InsufficientPrivilege):
+                    raise _cannot_migrate(dsn, cause) from None
+                if not isinstance(cause, pg_errors.LockNotAvailable):
+                    raise
+                if not cfg.attributes["holds_migration_lock"]:
+                    raise _locked(dsn, lock_timeout) from None
+                revision = _next_revision(dsn)
+                if attempt == ddl_attempts:
+                    raise UserError(
+                        f"migration {revision} did not get the lock of a table it changes "
+                        f"within {ddl_lock_timeout:g}s, {ddl_attempts} times: a long "
+                        "transaction uses that table (see pg_stat_activity, state 'idle in "
+                        "transaction' or an old xact_start); end it and run `pgqueue "
+                        "migrate` again (the migrations before it are applied)"
+                    ) from None
+                pause = min(DDL_PAUSE_MAX, DDL_PAUSE * 2 ** (attempt - 1))
+                log.warning(
+                    "migration %s did not get the lock of a table it changes within %gs "
+                    "(attempt %d of %d): trying again in %gs",
+                    revision,
+                    ddl_lock_timeout,
+                    attempt,
+                    ddl_attempts,
+                    pause,
+                )
+                time.sleep(pause)
+
+
+def _next_revision(dsn: str) -> str:
+    """The revision a failed migration was applying: the first one pending."""
+    from pgqueue.db import connect as db
+
+    with db.connect(dsn) as conn:
+        waiting = pending(current(conn))
+    return waiting[0] if waiting else head()
 
 
 def _locked(dsn: str, waited: float) -> UserError:
