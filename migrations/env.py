@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy.pool import NullPool
 
 from pgqueue.db import connect as db
-from pgqueue.db.migrate import MIGRATION_LOCK
+from pgqueue.db.migrate import MIGRATION_LOCK, needs_comment
 
 SCHEMA = "pgqueue"
 
@@ -23,6 +23,7 @@ def run_offline() -> None:
     with context.begin_transaction():
         context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         context.run_migrations()
+        context.execute(comment_needs(str(context.get_head_revision())))
 
 
 def run_online() -> None:
@@ -67,9 +68,20 @@ def run_online() -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+        revision = context.get_context().get_current_revision()
+        if revision is not None:
+            connection.execute(sqlalchemy.text(comment_needs(revision)))
         # (closing the connection lets the advisory lock go too)
         connection.execute(sqlalchemy.text(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
         connection.commit()
+
+
+def comment_needs(revision: str) -> str:
+    """The statement that writes on the version table which releases of pgqueue work with
+    a schema at `revision` (pgqueue.db.migrate.NEEDS, read by migrate.check())."""
+    comment = needs_comment(revision)
+    assert "'" not in comment  # a version from pgqueue's own code
+    return f"COMMENT ON TABLE {SCHEMA}.alembic_version IS '{comment}'"
 
 
 def set_lock_timeout(connection: sqlalchemy.Connection, seconds: float) -> None:

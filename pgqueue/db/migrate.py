@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import errors as pg_errors
 
+from pgqueue.db import sql as _sql
 from pgqueue.errors import NotMigrated, OutOfRange, PermissionDenied, UserError
 
 log = logging.getLogger("pgqueue")
@@ -48,6 +50,21 @@ SELECT a.pid, a.usename, a.application_name, a.backend_start
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+# The compatibility window (docs/upgrading.md), in one place: for each revision after which
+# the code of older releases no longer works, the oldest release whose code does. A schema
+# at revision R needs pgqueue >= NEEDS[the newest key <= R]. Every release's code works
+# with the schema of the release after it (operators migrate first, then roll workers), so
+# a revision that breaks older code waits for the release after the one that stops relying
+# on what it changes (expand, then contract a release later).
+# `pgqueue migrate` writes what the head needs on the version table ('pgqueue >= X.Y.Z'),
+# where a release older than the schema reads it (check()): a release that knows it is
+# too old says "upgrade pgqueue to >= X.Y.Z" instead of failing at its first query.
+NEEDS = {
+    "0001": "0.1.0",
+    # 0.1.0's enqueue writes runs.group_key NULL, which 0004 makes NOT NULL
+    "0004": "0.2.0",
+}
 
 # alembic (and SQLAlchemy under it) cost about a second to import: they are imported only
 # to migrate. Checking the schema version needs just the revision files' names, which
@@ -250,16 +267,49 @@ def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
     return str(row[0]) if row else None
 
 
+def needs(revision: str) -> str:
+    """The oldest pgqueue release whose code works with a schema at `revision` (NEEDS)."""
+    return NEEDS[max(r for r in NEEDS if r <= revision)]
+
+
+def needs_comment(revision: str) -> str:
+    """What `pgqueue migrate` writes on the version table for a schema at `revision`."""
+    return f"pgqueue >= {needs(revision)}"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'0.2.0' -> (0, 2, 0); a suffix (0.3.0.dev1, 0.3.0rc1) counts as that release."""
+    numbers = (re.match(r"\d*", part) for part in version.split(".")[:3])
+    return tuple(int(m[0] or 0) if m else 0 for m in numbers)
+
+
+def _needed(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
+    """The release the schema says it needs, or None when it says nothing."""
+    with conn.transaction():
+        row = conn.execute(_sql.query("schema_needs")).fetchone()
+    found = re.fullmatch(r"pgqueue >= (\d+\.\d+\.\d+)", str(row[0])) if row else None
+    return found[1] if found else None
+
+
 def check(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     """Raise NotMigrated (one line, says what to do) unless the schema is at head. A schema
     newer than this pgqueue (a rolling deploy: the new release migrated first) is accepted
-    with a warning, since migrations only add."""
+    with a warning while it says that this release still works with it (NEEDS), and
+    refused with "upgrade pgqueue to >= X" when it needs a newer release."""
     found, wanted = current(conn), head()
     if found == wanted:
         return
     if found is None:
         raise NotMigrated("this database has no pgqueue schema: run `pgqueue migrate` first")
     if found not in revisions():
+        from pgqueue import __version__
+
+        needed = _needed(conn)
+        if needed is not None and _release(__version__) < _release(needed):
+            raise NotMigrated(
+                f"the pgqueue schema (revision {found}) needs pgqueue >= {needed}, and this "
+                f"is pgqueue {__version__}: upgrade pgqueue to >= {needed} on this machine"
+            )
         log.warning(
             "the pgqueue schema (revision %s) is newer than this pgqueue (%s): "
             "upgrade pgqueue on this machine",

@@ -143,6 +143,47 @@ def test_a_newer_schema_is_accepted_with_a_warning_an_older_one_refused(
     assert code == 2 and "run `pgqueue migrate`" in err
 
 
+def test_a_newer_schema_that_needs_a_newer_release_is_refused_in_one_line(
+    dsn: str, conn: psycopg.Connection[Any], capsys: Any, caplog: Any
+) -> None:
+    """`pgqueue migrate` writes on the version table the oldest release that works with
+    the schema (migrate.NEEDS); a release older than that says to upgrade, exit 2, where
+    one inside the window only warns."""
+    import pgqueue
+
+    comment = "SELECT obj_description('pgqueue.alembic_version'::regclass, 'pg_class')"
+    assert conn.execute(comment).fetchone() == (f"pgqueue >= {migrate.needs(migrate.head())}",)
+    conn.execute("UPDATE pgqueue.alembic_version SET version_num = '9999'")
+    conn.execute("COMMENT ON TABLE pgqueue.alembic_version IS 'pgqueue >= 99.1.0'")
+    for command in (["runs", "list"], ["worker", "--app", "tests.apps.basic:app"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*command, "--dsn", dsn])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2, err
+        assert err == (
+            "error: the pgqueue schema (revision 9999) needs pgqueue >= 99.1.0, and this is "
+            f"pgqueue {pgqueue.__version__}: upgrade pgqueue to >= 99.1.0 on this machine\n"
+        )
+    conn.execute(f"COMMENT ON TABLE pgqueue.alembic_version IS 'pgqueue >= {pgqueue.__version__}'")
+    with caplog.at_level("WARNING", logger="pgqueue"), pytest.raises(SystemExit) as exc:
+        main(["runs", "list", "--dsn", dsn])
+    assert exc.value.code == 0 and "newer than this pgqueue" in caplog.text
+
+
+def test_needs_names_for_each_revision_a_release_no_newer_than_this_one() -> None:
+    """migrate.NEEDS, the compatibility window in one place: it starts at the first
+    revision, and no revision needs a release after this one (a release cannot know of
+    it); the release before 0.2.0 does not work with 0004 and later."""
+    import pgqueue
+
+    assert min(migrate.NEEDS) == migrate.revisions()[0]
+    assert set(migrate.NEEDS) <= set(migrate.revisions())
+    for revision in migrate.revisions():
+        assert migrate._release(migrate.needs(revision)) <= migrate._release(pgqueue.__version__)
+    assert migrate.needs("0003") == "0.1.0" and migrate.needs("0004") == "0.2.0"
+    assert migrate._release("0.3.0.dev1") == (0, 3, 0) < migrate._release("0.10.0")
+
+
 def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
     server_params: dict[str, Any],
 ) -> None:
