@@ -294,7 +294,8 @@ def _definitions_by_revision(
 
     monkeypatch.setattr(sql_files, "definition", definition)
     # (statements run outside a revision's transaction create no definition)
-    monkeypatch.setattr(online, "validate", lambda table, constraint: None)
+    for name in online.__all__:
+        monkeypatch.setattr(online, name, lambda *args: None)
     found = []
     with migrate._config(None) as cfg:
         for rev in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions())):
