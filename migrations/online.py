@@ -25,6 +25,8 @@ from __future__ import annotations
 import sqlalchemy
 from alembic import op
 
+from pgqueue.db.migrate import DDL_LOCK_TIMEOUT
+
 __all__ = ["backfill", "create_index", "set_not_null", "validate"]
 
 BATCH = 10_000
@@ -77,19 +79,22 @@ def set_not_null(table: str, column: str) -> None:
 def create_index(name: str, definition: str) -> None:
     """CREATE INDEX CONCURRENTLY `name` `definition` ("ON pgqueue.table (...) ...")."""
     context = op.get_context()
-    ddl_lock_timeout = 2.0
-    if context.config is not None:
-        ddl_lock_timeout = float(context.config.attributes.get("ddl_lock_timeout", 2.0))
+    statement = f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} {definition}"
+    if context.as_sql:
+        with context.autocommit_block():
+            op.execute(statement)
+        return
+    config = context.config.attributes if context.config is not None else {}
+    ddl_lock_timeout = float(config.get("ddl_lock_timeout", DDL_LOCK_TIMEOUT))
     with context.autocommit_block():
-        if not context.as_sql:
-            invalid = op.get_bind().execute(
-                sqlalchemy.text(
-                    "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"
-                ),
-                {"name": f"pgqueue.{name}"},
-            )
-            if invalid.scalar():
-                op.execute(f"DROP INDEX CONCURRENTLY pgqueue.{name}")
+        invalid = op.get_bind().execute(
+            sqlalchemy.text(
+                "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"
+            ),
+            {"name": f"pgqueue.{name}"},
+        )
         op.execute("SET lock_timeout = 0")
-        op.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} {definition}")
+        if invalid.scalar():
+            op.execute(f"DROP INDEX CONCURRENTLY pgqueue.{name}")
+        op.execute(statement)
         op.execute(f"SET lock_timeout = '{max(1, round(ddl_lock_timeout * 1000))}ms'")
