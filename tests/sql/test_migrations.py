@@ -331,3 +331,37 @@ def test_the_first_revisions_install_the_texts_they_were_released_with(
                 newer.append(f"{revision} loads {path}, changed again by {', '.join(later)}")
     assert not newer, newer
     assert {"views/failed", "views/workers_live"} <= revisions[2][1]
+
+
+BUSY = r"pgqueue\.(?:runs|events|steps|run_errors)\b"
+# an index built under a SHARE lock (writes wait) on a busy table
+BLOCKING_INDEX = re.compile(
+    rf"CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?!CONCURRENTLY)[^;]*?\bON\s+{BUSY}", re.I
+)
+# an UPDATE of a busy table's rows in the revision's transaction, not in batches
+UNBATCHED_UPDATE = re.compile(rf"^\s*UPDATE\s+{BUSY}", re.I | re.M)
+
+
+def test_revisions_after_the_last_release_change_busy_tables_online() -> None:
+    """docs/upgrading.md, What a migration does: a revision made after the last release
+    builds an index on runs, events, steps or run_errors CONCURRENTLY and updates their
+    rows in batches (pgqueue.migrations.online), so that claims and enqueues do not wait
+    for it. The revisions released before are as they were released (0004, 0005 and 0022
+    were made online since, with the same results)."""
+    import tomllib
+
+    from tests.helpers import ROOT
+
+    releases = tomllib.loads((ROOT / "releases.toml").read_text())["release"]
+    released = releases[-1]["schema"]
+    versions = ROOT / "migrations" / "versions"
+    assert BLOCKING_INDEX.search((versions / "0001_initial.sql").read_text())
+    assert UNBATCHED_UPDATE.search((versions / "0022_time_bounds.sql").read_text())
+    offending = [
+        f"{path.name}: {found.group(0)!r}"
+        for path in sorted(versions.iterdir())
+        if path.name[:4].isdigit() and path.name[:4] > released
+        for pattern in (BLOCKING_INDEX, UNBATCHED_UPDATE)
+        for found in pattern.finditer(path.read_text())
+    ]
+    assert not offending, offending
