@@ -7,7 +7,8 @@ checkout without tags works too) and run from its tree with PYTHONPATH, on the s
 dependencies as ours. The old code migrates a database to its own head revision and runs
 as a producer that enqueues continuously and as two workers; this release's `pgqueue
 migrate` runs meanwhile, then a worker of this release joins them. Nothing enqueued may
-fail, every run must finish exactly once, and the old workers must go on working.
+fail, every run must finish exactly once, and the old workers must go on working, as must
+an old worker that starts after the migration (it warns that the schema is newer).
 
 Which old code: releases.toml's [rolling_upgrade_from]. 0.2.0's schema (0023) is still
 the newest, so 0.2.0 itself would exercise no migration at all, and 0.1.0 (schema 0001)
@@ -169,7 +170,9 @@ def test_the_previous_release_enqueues_and_works_while_this_one_migrates(
             assert migrate.current(conn) == migrate.head()
             after = conn.execute("SELECT count(*) FROM rolling_done").fetchone()[0]  # type: ignore[index]
 
-        # the old workers go on after the migration, and a new one joins them
+        # the old workers go on after the migration, an old one (re)starts on the new
+        # schema (a crash or a scale-up during the deploy), and a new one joins them
+        old_workers.append(worker(old_tree, dsn, tmp_path / "old-restarted"))
         new_worker = worker(ROOT, dsn, tmp_path / "new")
         since = "SELECT count(*) FROM rolling_done WHERE pid = %s AND at > %s"
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -208,3 +211,4 @@ def test_the_previous_release_enqueues_and_works_while_this_one_migrates(
     assert codes[1:] == [0] * len(codes[1:]), logs
     for name, text in logs.items():
         assert "Traceback" not in text, (name, text)
+    assert "newer than this pgqueue" in logs["old-restarted"], logs["old-restarted"]
