@@ -77,7 +77,9 @@ def test_lock_timeout_out_of_range_is_one_line(dsn: str) -> None:
 
 
 def test_a_busy_table_makes_a_revision_wait_briefly_and_retry_not_the_claims(
-    server_params: dict[str, Any], caplog: pytest.LogCaptureFixture
+    server_params: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A migration that cannot lock a table it alters (a long transaction reads runs) waits
     at most ddl_lock_timeout, lets the claims queued behind it through, and tries the
@@ -118,6 +120,14 @@ def test_a_busy_table_makes_a_revision_wait_briefly_and_retry_not_the_claims(
                     pytest.raises(UserError) as failed,
                 ):
                     migrate.upgrade(dsn, ddl_lock_timeout=0.3, ddl_attempts=3)
+                # the same from the command line: exit 2, one line
+                with pytest.raises(SystemExit) as exc:
+                    args = ["--ddl-lock-timeout", "0.3", "--ddl-attempts", "1"]
+                    main(["migrate", "--dsn", dsn, *args])
+                assert exc.value.code == 2
+                err = capsys.readouterr().err
+                assert err.startswith("error: migration 0022 did not get the lock"), err
+                assert err.count("\n") == 1, err
                 claimed_during = len(waits)
                 wait_until(lambda: len(waits) > claimed_during + 10)
             finally:
