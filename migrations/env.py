@@ -17,6 +17,9 @@ def run_offline() -> None:
     context.configure(
         dialect_name="postgresql",
         literal_binds=True,
+        # the named paramstyle leaves a % alone: with the driver's (format) style, every %
+        # of a function body came out doubled, and RAISE 'queue %%' fails to compile
+        dialect_opts={"paramstyle": "named"},
         version_table_schema=SCHEMA,
         transactional_ddl=True,
     )

@@ -365,3 +365,40 @@ def test_revisions_after_the_last_release_change_busy_tables_online() -> None:
         for found in pattern.finditer(path.read_text())
     ]
     assert not offending, offending
+
+
+def test_the_sql_for_dbas_builds_the_schema_that_migrate_builds(
+    server_params: dict[str, Any], dsn: str
+) -> None:
+    """`pgqueue migrate --sql` (docs/operations.md, For DBAs), run by psql on an empty
+    database, gives the schema `pgqueue migrate` gives: its function bodies keep their
+    `%` (they came out doubled, and RAISE refused them), and its statements that run
+    outside a transaction (CREATE INDEX CONCURRENTLY) sit between transactions."""
+    import os
+    import shutil
+    import subprocess
+
+    from tests.sql.test_schema import renderings
+
+    psql = shutil.which("psql")
+    if psql is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("psql is not installed (CI installs PostgreSQL's client)")
+        pytest.skip("psql is not installed")
+    with empty_database(server_params, "pgqueue_offline") as offline:
+        ran = subprocess.run(
+            [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", offline],
+            input=migrate.upgrade_sql(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stderr
+        with psycopg.connect(offline, autocommit=True) as conn:
+            assert migrate.current(conn) == migrate.head()
+            built = renderings(conn)
+            indexes = "SELECT indexdef FROM pg_indexes WHERE schemaname = 'pgqueue' ORDER BY 1"
+            offline_indexes = conn.execute(indexes).fetchall()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert built == renderings(conn)
+        assert offline_indexes == conn.execute(indexes).fetchall()
