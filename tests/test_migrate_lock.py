@@ -74,6 +74,10 @@ def test_a_held_migration_lock_fails_migrate_in_one_line_naming_the_holder(
 def test_lock_timeout_out_of_range_is_one_line(dsn: str) -> None:
     with pytest.raises(UserError, match="lock_timeout must be"):
         migrate.upgrade(dsn, lock_timeout=0)
+    with pytest.raises(UserError, match="ddl_lock_timeout must be"):
+        migrate.upgrade(dsn, ddl_lock_timeout=0)
+    with pytest.raises(UserError, match="ddl_attempts must be"):
+        migrate.upgrade(dsn, ddl_attempts=0)
 
 
 def test_a_busy_table_makes_a_revision_wait_briefly_and_retry_not_the_claims(

@@ -100,7 +100,7 @@ def upgrade(
     Each revision runs in a transaction of its own, and waits for a table's lock at most
     `ddl_lock_timeout` seconds (claims and enqueues queue behind a waiting ALTER TABLE);
     a revision that did not get its locks is tried again after a pause, up to
-    `ddl_attempts` times, and then a UserError says what holds them."""
+    `ddl_attempts` times, and then a UserError says where to look for what holds them."""
     from alembic import command
 
     if not 0 < lock_timeout <= 86400:
@@ -112,6 +112,8 @@ def upgrade(
             "ddl_lock_timeout must be more than 0 and at most 600 seconds, "
             f"not {ddl_lock_timeout!r}"
         )
+    if not 1 <= ddl_attempts <= 100:
+        raise OutOfRange(f"ddl_attempts must be 1 to 100, not {ddl_attempts!r}")
     with _config(dsn) as cfg:
         cfg.attributes["lock_timeout"] = lock_timeout
         cfg.attributes["ddl_lock_timeout"] = ddl_lock_timeout
