@@ -115,6 +115,7 @@ def test_a_busy_table_makes_a_revision_wait_briefly_and_retry_not_the_claims(
 
         with psycopg.connect(dsn) as reader:
             reader.execute("SELECT count(*) FROM pgqueue.runs")  # idle in transaction
+            reader_pid = reader.info.backend_pid
             claimer = threading.Thread(target=claims)
             claimer.start()
             try:
@@ -139,6 +140,9 @@ def test_a_busy_table_makes_a_revision_wait_briefly_and_retry_not_the_claims(
                 claimer.join(30)
         assert "\n" not in str(failed.value)
         assert str(failed.value).startswith("migration 0022 did not get the lock"), failed.value
+        holder = f"backend pid {reader_pid} (user "
+        assert holder in str(failed.value) and "idle in transaction" in str(failed.value)
+        assert "holds a lock on pgqueue.runs" in str(failed.value), failed.value
         retries = [r.getMessage() for r in caplog.records if "trying again" in r.getMessage()]
         assert len(retries) == 2 and "migration 0022" in retries[0], retries
         assert max(waits) < 0.3 + 0.7, max(waits)

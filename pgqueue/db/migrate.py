@@ -135,10 +135,10 @@ def upgrade(
                 if attempt == ddl_attempts:
                     raise UserError(
                         f"migration {revision} did not get the lock of a table it changes "
-                        f"within {ddl_lock_timeout:g}s, {ddl_attempts} times: a long "
-                        "transaction uses that table (see pg_stat_activity, state 'idle in "
-                        "transaction' or an old xact_start); end it and run `pgqueue "
-                        "migrate` again (the migrations before it are applied)"
+                        f"within {ddl_lock_timeout:g}s, {ddl_attempts} times: "
+                        f"{_table_lock_holder(dsn)}; end that transaction (SELECT "
+                        "pg_terminate_backend(PID)) and run `pgqueue migrate` again (the "
+                        "migrations before it are applied)"
                     ) from None
                 pause = min(DDL_PAUSE_MAX, DDL_PAUSE * 2 ** (attempt - 1))
                 log.warning(
@@ -151,6 +151,22 @@ def upgrade(
                     pause,
                 )
                 time.sleep(pause)
+
+
+def _table_lock_holder(dsn: str) -> str:
+    """Who has held a lock on a pgqueue table longest, in words."""
+    from pgqueue.db import connect as db
+
+    with db.connect(dsn) as conn:
+        row = conn.execute(_sql.query("table_lock_holder")).fetchone()
+    if row is None:
+        return "the transaction that held it has ended since"
+    pid, user, application, state, since, table = row
+    held = f" since {since:%Y-%m-%d %H:%M:%S %Z}" if since else ""
+    return (
+        f"backend pid {pid} (user {user}, application_name {application or ''!r}, "
+        f"{state or 'state hidden'}{held}) holds a lock on pgqueue.{table}"
+    )
 
 
 def _next_revision(dsn: str) -> str:
