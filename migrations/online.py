@@ -76,10 +76,11 @@ def set_not_null(table: str, column: str) -> None:
     op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET NOT NULL, DROP CONSTRAINT {check}")
 
 
-def create_index(name: str, definition: str) -> None:
-    """CREATE INDEX CONCURRENTLY `name` `definition` ("ON pgqueue.table (...) ...")."""
+def create_index(name: str, definition: str, *, unique: bool = False) -> None:
+    """CREATE [UNIQUE] INDEX CONCURRENTLY `name` `definition` ("ON pgqueue.table ...")."""
     context = op.get_context()
-    statement = f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} {definition}"
+    kind = "UNIQUE INDEX" if unique else "INDEX"
+    statement = f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {name} {definition}"
     if context.as_sql:
         with context.autocommit_block():
             op.execute(statement)

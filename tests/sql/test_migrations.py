@@ -295,7 +295,7 @@ def _definitions_by_revision(
     monkeypatch.setattr(sql_files, "definition", definition)
     # (statements run outside a revision's transaction create no definition)
     for name in online.__all__:
-        monkeypatch.setattr(online, name, lambda *args: None)
+        monkeypatch.setattr(online, name, lambda *args, **kwargs: None)
     found = []
     with migrate._config(None) as cfg:
         for rev in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions())):
