@@ -1,16 +1,7 @@
 -- pgqueue 0004: cluster-wide concurrency limits and fair groups.
 
--- Every run belongs to a group; '' is the group of runs enqueued without one. A plain
--- value (never NULL) lets the claim walk groups with equality lookups.
-UPDATE pgqueue.runs SET group_key = '' WHERE group_key IS NULL;
-ALTER TABLE pgqueue.runs
-    ALTER COLUMN group_key SET DEFAULT '',
-    ALTER COLUMN group_key SET NOT NULL;
-
--- The limited claim walks this index once per group (a loose index scan), reading only
--- the head of each group that has room: a full group's backlog is never read.
-CREATE INDEX runs_group_claim_idx ON pgqueue.runs (queue, group_key, priority, id)
-    WHERE state = 'queued';
+-- Every run belongs to a group ('' by default), and the limited claim's index
+-- runs_group_claim_idx: 0004_semaphores.py, before this file.
 
 -- When each group of a limited queue was last served: the round-robin order.
 CREATE TABLE pgqueue.queue_groups (

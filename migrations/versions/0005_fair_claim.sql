@@ -7,11 +7,7 @@
 -- The last group served in each queue: the next claim starts after it.
 ALTER TABLE pgqueue.queues ADD COLUMN rr_cursor text;
 
--- Priority first, then group: "the next group after the cursor that has a queued run at
--- this priority" is one index probe, and a full group's backlog is never read.
-DROP INDEX pgqueue.runs_group_claim_idx;
-CREATE INDEX runs_group_claim_idx ON pgqueue.runs (queue, priority, group_key, id)
-    WHERE state = 'queued';
+-- runs_group_claim_idx is rebuilt, priority first: 0005_fair_claim.py, before this file.
 
 -- The cursor replaces the per-group "last served" rows, which cost a write per group per
 -- claim. The view now says when a group's newest running run started.

@@ -10,20 +10,8 @@
 -- leaves the scope; `unique_while` is set to NULL when a newer enqueue finds the holder
 -- older than its `unique_for` window. Runs without a key are not in the index and pay
 -- nothing for it.
-ALTER TABLE pgqueue.runs
-    ADD COLUMN unique_key text
-        CONSTRAINT runs_unique_key_length CHECK (octet_length(unique_key) <= 512),
-    ADD COLUMN unique_while text
-        CONSTRAINT runs_unique_while_check CHECK (unique_while IN ('queued', 'active', 'retained')),
-    ADD COLUMN batch_id bigint;
-
-CREATE UNIQUE INDEX runs_unique_key_idx ON pgqueue.runs (unique_key)
-    WHERE unique_key IS NOT NULL
-      AND (unique_while = 'retained'
-           OR (unique_while = 'active'
-               AND state IN ('scheduled', 'queued', 'running', 'waiting'))
-           OR (unique_while = 'queued'
-               AND state IN ('scheduled', 'queued') AND started_at IS NULL));
+-- The columns, their CHECKs and runs_unique_key_idx: 0015_uniqueness_batches.py, before
+-- this file.
 
 -- A batch: runs enqueued together (app.batch()), and the task enqueued once when the last
 -- of them is terminal. `total` is set when the batch's transaction seals it; the counters
@@ -51,8 +39,8 @@ CREATE TABLE pgqueue.batches (
     autovacuum_vacuum_threshold = 1000
 );
 
--- A batch's members (sealing counts them; inspection lists them).
-CREATE INDEX runs_batch_idx ON pgqueue.runs (batch_id) WHERE batch_id IS NOT NULL;
+-- A batch's members (sealing counts them; inspection lists them): runs_batch_idx, built
+-- by 0015_uniqueness_batches.py before this file.
 
 -- Members that enter or leave a terminal state call pgqueue.batch_note() (runs outside a
 -- batch pay for the first test of the WHEN condition alone; members for the state tests

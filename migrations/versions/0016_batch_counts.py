@@ -10,6 +10,7 @@ Revises: 0015
 from pathlib import Path
 
 from alembic import op
+from pgqueue.migrations import online
 
 from pgqueue.db import sql as _sql
 
@@ -20,6 +21,13 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # A batch's members in id order: built beside the old index without holding runs
+    # (pgqueue.migrations.online), which it then replaces.
+    online.create_index(
+        "runs_batch_idx_0016", "ON pgqueue.runs (batch_id, id) WHERE batch_id IS NOT NULL"
+    )
+    op.execute("DROP INDEX pgqueue.runs_batch_idx")
+    op.execute("ALTER INDEX pgqueue.runs_batch_idx_0016 RENAME TO runs_batch_idx")
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     for name in (
         "functions/batch_settle",

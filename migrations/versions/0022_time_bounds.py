@@ -20,6 +20,7 @@ Revises: 0021
 from pathlib import Path
 
 from alembic import op
+from pgqueue.migrations import online
 
 from pgqueue.db import sql as _sql
 
@@ -32,10 +33,13 @@ depends_on = None
 def upgrade() -> None:
     for name in ("check_due", "check_size", "nfc"):
         op.execute(_sql.definition(f"functions/{name}"))
-    op.execute(Path(__file__).with_suffix(".sql").read_text())
     for name in ("enqueue", "enqueue_unique", "emit_event"):
         op.execute(_sql.definition(f"functions/{name}"))
     op.execute(_sql.definition("views/queue_stats"))
+    # last: from its ALTER TABLEs to the commit, runs and events are locked
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
+    online.validate("pgqueue.runs", "runs_run_at_range")
+    online.validate("pgqueue.events", "events_deliver_at_range")
 
 
 def downgrade() -> None:

@@ -1,6 +1,8 @@
 -- Repair first, under the row locks of the rows repaired only (the scans do not block the
--- workers); the constraints come last, so the table's exclusive lock, which adding one
--- takes until the migration commits, is held for one validating scan and no more.
+-- workers); the constraints come last, NOT VALID, so the table's exclusive lock, which
+-- adding one takes until the revision commits, is held for a moment: 0022_time_bounds.py
+-- validates them after the commit (pgqueue.migrations.online.validate), while writes go
+-- on. (A constraint left NOT VALID by an interrupted validation is added again.)
 UPDATE pgqueue.runs
    SET run_at = least(greatest(run_at, timestamptz '1970-01-01 00:00:00+00'),
                       timestamptz '9999-12-31 00:00:00+00'),
@@ -77,12 +79,12 @@ END
 $$;
 
 ALTER TABLE pgqueue.runs
+    DROP CONSTRAINT IF EXISTS runs_run_at_range,
     ADD CONSTRAINT runs_run_at_range
     CHECK (run_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
                       AND timestamptz '9999-12-31 00:00:00+00') NOT VALID;
-ALTER TABLE pgqueue.runs VALIDATE CONSTRAINT runs_run_at_range;
 ALTER TABLE pgqueue.events
+    DROP CONSTRAINT IF EXISTS events_deliver_at_range,
     ADD CONSTRAINT events_deliver_at_range
     CHECK (deliver_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
                           AND timestamptz '9999-12-31 00:00:00+00') NOT VALID;
-ALTER TABLE pgqueue.events VALIDATE CONSTRAINT events_deliver_at_range;

@@ -32,6 +32,21 @@ from pgqueue.db import migrate
     show_default=True,
     help="Seconds to wait for another migration (the migration lock) before giving up.",
 )
+@click.option(
+    "--ddl-lock-timeout",
+    type=float,
+    default=migrate.DDL_LOCK_TIMEOUT,
+    show_default=True,
+    help="Seconds a migration's statement waits for a table's lock (claims and enqueues"
+    " wait behind it) before its revision is tried again.",
+)
+@click.option(
+    "--ddl-attempts",
+    type=click.IntRange(1, 100),
+    default=migrate.DDL_ATTEMPTS,
+    show_default=True,
+    help="Times a revision is tried before giving up.",
+)
 def migrate_cmd(
     dsn: str | None,
     embedded: bool,
@@ -39,6 +54,8 @@ def migrate_cmd(
     check: bool,
     dry_run: bool,
     lock_timeout: float,
+    ddl_lock_timeout: float,
+    ddl_attempts: int,
 ) -> int | None:
     """Create or update the pgqueue schema (idempotent)."""
     if sum((print_sql, check, dry_run)) > 1:
@@ -60,6 +77,11 @@ def migrate_cmd(
             click.echo(f"-- nothing to run: {migrate.describe(found, pending)}")
         return None
     db.connect(target).close()
-    migrate.upgrade(target, lock_timeout=lock_timeout)
+    migrate.upgrade(
+        target,
+        lock_timeout=lock_timeout,
+        ddl_lock_timeout=ddl_lock_timeout,
+        ddl_attempts=ddl_attempts,
+    )
     click.echo(f"pgqueue schema is at revision {migrate.head()}")
     return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
+import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import errors as pg_errors
 
+from pgqueue.db import sql as _sql
 from pgqueue.errors import NotMigrated, OutOfRange, PermissionDenied, UserError
 
 log = logging.getLogger("pgqueue")
@@ -22,6 +25,14 @@ log = logging.getLogger("pgqueue")
 MIGRATION_LOCK = 7_364_203_911
 # How long a migration waits for that lock by default, in seconds.
 LOCK_TIMEOUT = 60.0
+# How long a migration's statement waits for a table's lock (lock_timeout), in seconds:
+# while an ALTER TABLE waits for its exclusive lock, every claim and enqueue on that table
+# waits behind it, so it gives up early and its revision is tried again (DDL_ATTEMPTS
+# times, pausing DDL_PAUSE seconds, doubled each time up to DDL_PAUSE_MAX).
+DDL_LOCK_TIMEOUT = 0.5
+DDL_ATTEMPTS = 10
+DDL_PAUSE = 0.5
+DDL_PAUSE_MAX = 5.0
 
 # Who holds the migration lock: the advisory lock of a bigint key is stored as its high
 # and low 32 bits (classid, objid) with objsubid 1.
@@ -39,6 +50,21 @@ SELECT a.pid, a.usename, a.application_name, a.backend_start
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+# The compatibility window (docs/upgrading.md), in one place: for each revision after which
+# the code of older releases no longer works, the oldest release whose code does. A schema
+# at revision R needs pgqueue >= NEEDS[the newest key <= R]. Every release's code works
+# with the schema of the release after it (operators migrate first, then roll workers), so
+# a revision that breaks older code waits for the release after the one that stops relying
+# on what it changes (expand, then contract a release later).
+# `pgqueue migrate` writes what the head needs on the version table ('pgqueue >= X.Y.Z'),
+# where a release older than the schema reads it (check()): a release that knows it is
+# too old says "upgrade pgqueue to >= X.Y.Z" instead of failing at its first query.
+NEEDS = {
+    "0001": "0.1.0",
+    # 0.1.0's enqueue writes runs.group_key NULL, which 0004 makes NOT NULL
+    "0004": "0.2.0",
+}
 
 # alembic (and SQLAlchemy under it) cost about a second to import: they are imported only
 # to migrate. Checking the schema version needs just the revision files' names, which
@@ -61,28 +87,95 @@ def head() -> str:
     return revisions()[-1]
 
 
-def upgrade(dsn: str, lock_timeout: float = LOCK_TIMEOUT) -> None:
+def upgrade(
+    dsn: str,
+    lock_timeout: float = LOCK_TIMEOUT,
+    ddl_lock_timeout: float = DDL_LOCK_TIMEOUT,
+    ddl_attempts: int = DDL_ATTEMPTS,
+) -> None:
     """Bring the schema to the newest revision. Safe to run again and concurrently: a
     migration waits for another one's end, up to `lock_timeout` seconds, and then raises
-    a UserError naming the session that holds the migration lock."""
+    a UserError naming the session that holds the migration lock.
+
+    Each revision runs in a transaction of its own, and waits for a table's lock at most
+    `ddl_lock_timeout` seconds (claims and enqueues queue behind a waiting ALTER TABLE);
+    a revision that did not get its locks is tried again after a pause, up to
+    `ddl_attempts` times, and then a UserError says where to look for what holds them."""
     from alembic import command
 
     if not 0 < lock_timeout <= 86400:
         raise OutOfRange(
             f"lock_timeout must be more than 0 and at most 86400 seconds, not {lock_timeout!r}"
         )
+    if not 0 < ddl_lock_timeout <= 600:
+        raise OutOfRange(
+            "ddl_lock_timeout must be more than 0 and at most 600 seconds, "
+            f"not {ddl_lock_timeout!r}"
+        )
+    if not 1 <= ddl_attempts <= 100:
+        raise OutOfRange(f"ddl_attempts must be 1 to 100, not {ddl_attempts!r}")
     with _config(dsn) as cfg:
         cfg.attributes["lock_timeout"] = lock_timeout
-        try:
-            command.upgrade(cfg, "head")
-        except Exception as exc:
-            # SQLAlchemy wraps the driver's error as .orig
-            cause = getattr(exc, "orig", exc)
-            if isinstance(cause, pg_errors.InsufficientPrivilege):
-                raise _cannot_migrate(dsn, cause) from None
-            if isinstance(cause, pg_errors.LockNotAvailable):
-                raise _locked(dsn, lock_timeout) from None
-            raise
+        cfg.attributes["ddl_lock_timeout"] = ddl_lock_timeout
+        for attempt in range(1, ddl_attempts + 1):
+            cfg.attributes["holds_migration_lock"] = False
+            try:
+                command.upgrade(cfg, "head")
+                return
+            except Exception as exc:
+                # SQLAlchemy wraps the driver's error as .orig
+                cause = getattr(exc, "orig", exc)
+                if isinstance(cause, pg_errors.InsufficientPrivilege):
+                    raise _cannot_migrate(dsn, cause) from None
+                if not isinstance(cause, pg_errors.LockNotAvailable):
+                    raise
+                if not cfg.attributes["holds_migration_lock"]:
+                    raise _locked(dsn, lock_timeout) from None
+                revision = _next_revision(dsn)
+                if attempt == ddl_attempts:
+                    raise UserError(
+                        f"migration {revision} did not get the lock of a table it changes "
+                        f"within {ddl_lock_timeout:g}s, {ddl_attempts} times: "
+                        f"{_table_lock_holder(dsn)}; end that transaction (SELECT "
+                        "pg_terminate_backend(PID)) and run `pgqueue migrate` again (the "
+                        "migrations before it are applied)"
+                    ) from None
+                pause = min(DDL_PAUSE_MAX, DDL_PAUSE * 2 ** (attempt - 1))
+                log.warning(
+                    "migration %s did not get the lock of a table it changes within %gs "
+                    "(attempt %d of %d): trying again in %gs",
+                    revision,
+                    ddl_lock_timeout,
+                    attempt,
+                    ddl_attempts,
+                    pause,
+                )
+                time.sleep(pause)
+
+
+def _table_lock_holder(dsn: str) -> str:
+    """Who has held a lock on a pgqueue table longest, in words."""
+    from pgqueue.db import connect as db
+
+    with db.connect(dsn) as conn:
+        row = conn.execute(_sql.query("table_lock_holder")).fetchone()
+    if row is None:
+        return "the transaction that held it has ended since"
+    pid, user, application, state, since, table = row
+    held = f" since {since:%Y-%m-%d %H:%M:%S %Z}" if since else ""
+    return (
+        f"backend pid {pid} (user {user}, application_name {application or ''!r}, "
+        f"{state or 'state hidden'}{held}) holds a lock on pgqueue.{table}"
+    )
+
+
+def _next_revision(dsn: str) -> str:
+    """The revision a failed migration was applying: the first one pending."""
+    from pgqueue.db import connect as db
+
+    with db.connect(dsn) as conn:
+        waiting = pending(current(conn))
+    return waiting[0] if waiting else head()
 
 
 def _locked(dsn: str, waited: float) -> UserError:
@@ -192,16 +285,49 @@ def current(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
     return str(row[0]) if row else None
 
 
+def needs(revision: str) -> str:
+    """The oldest pgqueue release whose code works with a schema at `revision` (NEEDS)."""
+    return NEEDS[max(r for r in NEEDS if r <= revision)]
+
+
+def needs_comment(revision: str) -> str:
+    """What `pgqueue migrate` writes on the version table for a schema at `revision`."""
+    return f"pgqueue >= {needs(revision)}"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'0.2.0' -> (0, 2, 0); a suffix (0.3.0.dev1, 0.3.0rc1) counts as that release."""
+    numbers = (re.match(r"\d*", part) for part in version.split(".")[:3])
+    return tuple(int(m[0] or 0) if m else 0 for m in numbers)
+
+
+def _needed(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
+    """The release the schema says it needs, or None when it says nothing."""
+    with conn.transaction():
+        row = conn.execute(_sql.query("schema_needs")).fetchone()
+    found = re.fullmatch(r"pgqueue >= (\d+\.\d+\.\d+)", str(row[0])) if row else None
+    return found[1] if found else None
+
+
 def check(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     """Raise NotMigrated (one line, says what to do) unless the schema is at head. A schema
     newer than this pgqueue (a rolling deploy: the new release migrated first) is accepted
-    with a warning, since migrations only add."""
+    with a warning while it says that this release still works with it (NEEDS), and
+    refused with "upgrade pgqueue to >= X" when it needs a newer release."""
     found, wanted = current(conn), head()
     if found == wanted:
         return
     if found is None:
         raise NotMigrated("this database has no pgqueue schema: run `pgqueue migrate` first")
     if found not in revisions():
+        from pgqueue import __version__
+
+        needed = _needed(conn)
+        if needed is not None and _release(__version__) < _release(needed):
+            raise NotMigrated(
+                f"the pgqueue schema (revision {found}) needs pgqueue >= {needed}, and this "
+                f"is pgqueue {__version__}: upgrade pgqueue to >= {needed} on this machine"
+            )
         log.warning(
             "the pgqueue schema (revision %s) is newer than this pgqueue (%s): "
             "upgrade pgqueue on this machine",

@@ -143,6 +143,47 @@ def test_a_newer_schema_is_accepted_with_a_warning_an_older_one_refused(
     assert code == 2 and "run `pgqueue migrate`" in err
 
 
+def test_a_newer_schema_that_needs_a_newer_release_is_refused_in_one_line(
+    dsn: str, conn: psycopg.Connection[Any], capsys: Any, caplog: Any
+) -> None:
+    """`pgqueue migrate` writes on the version table the oldest release that works with
+    the schema (migrate.NEEDS); a release older than that says to upgrade, exit 2, where
+    one inside the window only warns."""
+    import pgqueue
+
+    comment = "SELECT obj_description('pgqueue.alembic_version'::regclass, 'pg_class')"
+    assert conn.execute(comment).fetchone() == (f"pgqueue >= {migrate.needs(migrate.head())}",)
+    conn.execute("UPDATE pgqueue.alembic_version SET version_num = '9999'")
+    conn.execute("COMMENT ON TABLE pgqueue.alembic_version IS 'pgqueue >= 99.1.0'")
+    for command in (["runs", "list"], ["worker", "--app", "tests.apps.basic:app"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*command, "--dsn", dsn])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2, err
+        assert err == (
+            "error: the pgqueue schema (revision 9999) needs pgqueue >= 99.1.0, and this is "
+            f"pgqueue {pgqueue.__version__}: upgrade pgqueue to >= 99.1.0 on this machine\n"
+        )
+    conn.execute(f"COMMENT ON TABLE pgqueue.alembic_version IS 'pgqueue >= {pgqueue.__version__}'")
+    with caplog.at_level("WARNING", logger="pgqueue"), pytest.raises(SystemExit) as exc:
+        main(["runs", "list", "--dsn", dsn])
+    assert exc.value.code == 0 and "newer than this pgqueue" in caplog.text
+
+
+def test_needs_names_for_each_revision_a_release_no_newer_than_this_one() -> None:
+    """migrate.NEEDS, the compatibility window in one place: it starts at the first
+    revision, and no revision needs a release after this one (a release cannot know of
+    it); the release before 0.2.0 does not work with 0004 and later."""
+    import pgqueue
+
+    assert min(migrate.NEEDS) == migrate.revisions()[0]
+    assert set(migrate.NEEDS) <= set(migrate.revisions())
+    for revision in migrate.revisions():
+        assert migrate._release(migrate.needs(revision)) <= migrate._release(pgqueue.__version__)
+    assert migrate.needs("0003") == "0.1.0" and migrate.needs("0004") == "0.2.0"
+    assert migrate._release("0.3.0.dev1") == (0, 3, 0) < migrate._release("0.10.0")
+
+
 def test_upgrade_to_0009_shortens_stored_group_keys_too_long_for_limits(
     server_params: dict[str, Any],
 ) -> None:
@@ -235,6 +276,8 @@ def _definitions_by_revision(
     """Each revision, in order, with the definitions its upgrade() loads from sql/ and
     those it creates from a text of its own ("functions/NAME", "views/NAME"), found by
     running upgrade() against a recorder instead of a database."""
+    from pgqueue.migrations import online
+
     from pgqueue.db import sql as sql_files
 
     created = re.compile(r"CREATE (?:OR REPLACE )?(FUNCTION|VIEW) pgqueue\.(\w+)", re.I)
@@ -250,6 +293,9 @@ def _definitions_by_revision(
         return ""
 
     monkeypatch.setattr(sql_files, "definition", definition)
+    # (statements run outside a revision's transaction create no definition)
+    for name in online.__all__:
+        monkeypatch.setattr(online, name, lambda *args, **kwargs: None)
     found = []
     with migrate._config(None) as cfg:
         for rev in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions())):
@@ -285,3 +331,74 @@ def test_the_first_revisions_install_the_texts_they_were_released_with(
                 newer.append(f"{revision} loads {path}, changed again by {', '.join(later)}")
     assert not newer, newer
     assert {"views/failed", "views/workers_live"} <= revisions[2][1]
+
+
+BUSY = r"pgqueue\.(?:runs|events|steps|run_errors)\b"
+# an index built under a SHARE lock (writes wait) on a busy table
+BLOCKING_INDEX = re.compile(
+    rf"CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?!CONCURRENTLY)[^;]*?\bON\s+{BUSY}", re.I
+)
+# an UPDATE of a busy table's rows in the revision's transaction, not in batches
+UNBATCHED_UPDATE = re.compile(rf"^\s*UPDATE\s+{BUSY}", re.I | re.M)
+
+
+def test_revisions_after_the_last_release_change_busy_tables_online() -> None:
+    """docs/upgrading.md, What a migration does: a revision made after the last release
+    builds an index on runs, events, steps or run_errors CONCURRENTLY and updates their
+    rows in batches (pgqueue.migrations.online), so that claims and enqueues do not wait
+    for it. The revisions released before are as they were released (0004, 0005 and 0022
+    were made online since, with the same results)."""
+    import tomllib
+
+    from tests.helpers import ROOT
+
+    releases = tomllib.loads((ROOT / "releases.toml").read_text())["release"]
+    released = releases[-1]["schema"]
+    versions = ROOT / "migrations" / "versions"
+    assert BLOCKING_INDEX.search((versions / "0001_initial.sql").read_text())
+    assert UNBATCHED_UPDATE.search((versions / "0022_time_bounds.sql").read_text())
+    offending = [
+        f"{path.name}: {found.group(0)!r}"
+        for path in sorted(versions.iterdir())
+        if path.name[:4].isdigit() and path.name[:4] > released
+        for pattern in (BLOCKING_INDEX, UNBATCHED_UPDATE)
+        for found in pattern.finditer(path.read_text())
+    ]
+    assert not offending, offending
+
+
+def test_the_sql_for_dbas_builds_the_schema_that_migrate_builds(
+    server_params: dict[str, Any], dsn: str
+) -> None:
+    """`pgqueue migrate --sql` (docs/operations.md, For DBAs), run by psql on an empty
+    database, gives the schema `pgqueue migrate` gives: its function bodies keep their
+    `%` (they came out doubled, and RAISE refused them), and its statements that run
+    outside a transaction (CREATE INDEX CONCURRENTLY) sit between transactions."""
+    import os
+    import shutil
+    import subprocess
+
+    from tests.sql.test_schema import renderings
+
+    psql = shutil.which("psql")
+    if psql is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("psql is not installed (CI installs PostgreSQL's client)")
+        pytest.skip("psql is not installed")
+    with empty_database(server_params, "pgqueue_offline") as offline:
+        ran = subprocess.run(
+            [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", offline],
+            input=migrate.upgrade_sql(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stderr
+        with psycopg.connect(offline, autocommit=True) as conn:
+            assert migrate.current(conn) == migrate.head()
+            built = renderings(conn)
+            indexes = "SELECT indexdef FROM pg_indexes WHERE schemaname = 'pgqueue' ORDER BY 1"
+            offline_indexes = conn.execute(indexes).fetchall()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert built == renderings(conn)
+        assert offline_indexes == conn.execute(indexes).fetchall()
