@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import errors as pg_errors
 
+from pgqueue._version import __version__
 from pgqueue.db import sql as _sql
 from pgqueue.errors import NotMigrated, OutOfRange, PermissionDenied, UserError
 
@@ -320,8 +321,6 @@ def check(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     if found is None:
         raise NotMigrated("this database has no pgqueue schema: run `pgqueue migrate` first")
     if found not in revisions():
-        from pgqueue import __version__
-
         needed = _needed(conn)
         if needed is not None and _release(__version__) < _release(needed):
             raise NotMigrated(
