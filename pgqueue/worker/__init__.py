@@ -105,7 +105,7 @@ class Worker:
     """Runs tasks of `app` from `queues` (default: every queue the app declares or uses).
 
     concurrency     runs at once in this process (None: default_concurrency, 100 if every
-                    task served is async, else 10)
+                    task of the app is async, else 10)
     lease_seconds   how long a claim stays valid without renewal (renewed every third)
     poll_interval   safety-net poll when no NOTIFY arrives (seconds)
     grace           at shutdown, how long running tasks may finish before release
@@ -143,7 +143,7 @@ class Worker:
         self.app = app
         self.queues = list(queues) if queues else app.served_queues()
         if concurrency is None:
-            concurrency = default_concurrency(app.tasks.values(), self.queues)
+            concurrency = default_concurrency(app.tasks.values())
         self.concurrency = concurrency
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
