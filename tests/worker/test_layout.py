@@ -1,6 +1,8 @@
 """The worker's layout, read from its source with `ast` (nothing of pgqueue is imported):
-the App reaches the worker through its entry only, and the records a run's parts hand
-each other import no behaviour (docs/architecture.md)."""
+the App reaches the worker through its entry only, the records a run's parts hand each
+other import no behaviour, and every part is built complete by its constructor: none sets
+another's attributes, asserts that one was set, or has a second phase of construction
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
