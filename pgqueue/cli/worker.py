@@ -106,8 +106,8 @@ def worker_retention(
 @click.option(
     "--concurrency",
     type=click.IntRange(1),
-    help="Runs in progress at once in this process. Default: 100 when every task the"
-    " worker serves is async, else 10.",
+    help="Runs in progress at once in this process. Default: 100 when every task of the"
+    " app is async, else 10.",
 )
 @click.option("--lease-seconds", default=30.0, show_default=True, type=click.FloatRange(1))
 @click.option(

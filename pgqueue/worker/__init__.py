@@ -34,6 +34,7 @@ from pgqueue.worker import attempt as _attempt
 from pgqueue.worker import connection, registration, shutdown
 from pgqueue.worker._completer import Completer
 from pgqueue.worker._gc import tuned_gc as tuned_gc  # public: pgqueue.worker.tuned_gc
+from pgqueue.worker._permits import ZombiePermits
 from pgqueue.worker._service import Outage, quiet_pool_retries, use_outage
 from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
@@ -43,7 +44,7 @@ from pgqueue.worker.defaults import SYNC_CONCURRENCY as SYNC_CONCURRENCY
 from pgqueue.worker.defaults import default_concurrency
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance import queue_depth
-from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
+from pgqueue.worker.maintenance.lease_keeper import LeaseClock, LeaseKeeper
 from pgqueue.worker.maintenance.loop_watch import LoopWatch
 from pgqueue.worker.maintenance.pruner import Pruner
 from pgqueue.worker.maintenance.queue_limits import QueueLimits
@@ -69,22 +70,26 @@ WORKFLOW_POOL_MAX = 16  # connections a worker's workflow steps may use at most
 def executor_for(
     app: App,
     worker_id: uuid.UUID,
-    concurrency: int,
+    threads: DaemonThreads,
     lease_seconds: float,
     stats: Counter[str],
     transitions: Transitions,
     freed: Callable[[], None],
+    completer: Completer,
+    permits: ZombiePermits,
+    stopping: asyncio.Event,
 ) -> Executor:
-    """The executor of a worker of `app`, given the narrow values it uses of the app: its
-    tasks, result limits, sync wrappers, where its tracing is (read at each attempt, as
-    before), how it makes an attempt's Context and a workflow's Durable."""
+    """The executor of a worker of `app` (on the running loop), given the narrow values it
+    uses of the app: its tasks, result limits, sync wrappers, where its tracing is (read
+    at each attempt, as before), how it makes an attempt's Context and a workflow's
+    Durable; its sync code runs in `threads`."""
     names = sorted(app.tasks)
     runtime = Runtime(
         tasks=app.tasks,
         tasks_label=",".join(names[:3]) + ("..." if len(names) > 3 else ""),
         max_payload_bytes=app.max_payload_bytes,
         max_json_depth=app.max_json_depth,
-        threads=DaemonThreads(concurrency),
+        threads=threads,
         sync_wrappers=app.sync_wrappers,
         wrap_sync=app.wrap_sync,
         traced=app,
@@ -98,6 +103,9 @@ def executor_for(
         app.make_context,
         functools.partial(Durable, app),
         freed,
+        completer,
+        permits,
+        stopping,
     )
 
 
@@ -105,7 +113,7 @@ class Worker:
     """Runs tasks of `app` from `queues` (default: every queue the app declares or uses).
 
     concurrency     runs at once in this process (None: default_concurrency, 100 if every
-                    task served is async, else 10)
+                    task of the app is async, else 10)
     lease_seconds   how long a claim stays valid without renewal (renewed every third)
     poll_interval   safety-net poll when no NOTIFY arrives (seconds)
     grace           at shutdown, how long running tasks may finish before release
@@ -114,6 +122,16 @@ class Worker:
     max_runs        drain and stop once this many runs were claimed (exactly that many)
     max_memory_mb   drain and stop once the process's RSS exceeds this many MiB
     """
+
+    # Its parts, built on the event loop once it runs (_run_parts), each complete from its
+    # constructor: there to read once `started` is set, and after it stopped.
+    transitions: Transitions
+    stager: Stager
+    completer: Completer
+    executor: Executor
+    lease_keeper: LeaseKeeper
+    producer: Producer
+    listener: Listener
 
     def __init__(
         self,
@@ -143,7 +161,7 @@ class Worker:
         self.app = app
         self.queues = list(queues) if queues else app.served_queues()
         if concurrency is None:
-            concurrency = default_concurrency(app.tasks.values(), self.queues)
+            concurrency = default_concurrency(app.tasks.values())
         self.concurrency = concurrency
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
@@ -157,22 +175,6 @@ class Worker:
         self.max_memory_mb = max_memory_mb
         self.id = uuid.uuid4()
         self.stats: Counter[str] = Counter()
-        self.transitions = Transitions(None)
-        lease = self.lease_seconds
-        self.executor = executor_for(
-            app, self.id, concurrency, lease, self.stats, self.transitions, self.wake
-        )
-        self.producer = Producer(
-            self.executor,
-            self.id,
-            self.queues,
-            concurrency,
-            lease,
-            poll_interval,
-            self.stats,
-            max_runs=max_runs,
-            max_memory_mb=max_memory_mb,
-        )
         if any(t.workflow for t in app.tasks.values()) and app.database.pool is None:
             # Workflow steps write through the App's pool from their threads: with the
             # default 4 connections, 50 concurrent workflows would queue for them.
@@ -207,10 +209,6 @@ class Worker:
         if loop is not None and self._stop is not None:
             loop.call_soon_threadsafe(self._stop.set)
 
-    def wake(self) -> None:
-        """Claim now, if slots are free."""
-        self.producer.wake()
-
     # -- main -------------------------------------------------------------------------
 
     async def run_async(self, burst: bool = False) -> None:
@@ -219,7 +217,8 @@ class Worker:
         _logging.install_run_fields()
         use_outage(self.outage)  # the tasks and threads of its parts start from here
         quiet_pool_retries()
-        metrics = queue_depth.serve(self.metrics_port, self.transitions, self.probes)
+        metrics = queue_depth.serve(self.metrics_port, self.probes)
+        self.transitions = Transitions(metrics, self.stats)
         # Before registering: a worker that shows up in pgqueue.workers must already drain
         # on SIGTERM (not die of it, leaving its row behind).
         with shutdown.Signals(stop, self.grace, self.install_signal_handlers):
@@ -240,22 +239,51 @@ class Worker:
             self.dsn = connection.worker_dsn(self.app.dsn, self.app.pooler)
             pool = self._pool = connection.open_pool(self.dsn, self.id, self.app.pooler)
             await pool.open(wait=False)
+            threads = DaemonThreads(self.concurrency)
             try:
-                await self._run_parts(pool, stop, metrics, burst)
+                await self._run_parts(pool, threads, stop, metrics, burst)
             finally:
                 await registration.deregister(pool, self.id)
                 await pool.close()
-                self.executor.threads.shutdown()
+                threads.shutdown()
                 log.info("worker %s stopped: %s", self.id, dict(self.stats))
 
     async def _run_parts(
         self,
         pool: AsyncConnectionPool[Any],
+        threads: DaemonThreads,
         stop: asyncio.Event,
         metrics: WorkerMetrics | None,
         burst: bool,
     ) -> None:
-        executor, producer = self.executor, self.producer
+        """Build the parts on the loop, each given what it uses (so in this order), run
+        them until the worker stops, and drain."""
+        app = self.app
+        wake = asyncio.Event()  # the producer's: set when a slot frees or work may wait
+        clock = LeaseClock(self.lease_seconds)  # the lease keeper's renewals
+        self.stager = Stager(pool, self.queues, self.stage_interval, wake.set)
+        self.completer = Completer(
+            pool,
+            self.id,
+            self.transitions.written,
+            wake.set,
+            clock.left,
+            deferred=self.stager.nudge,  # a sleep or backoff was written: due times moved
+        )
+        limits = QueueLimits(pool)
+        permits = ZombiePermits(self.id, self.lease_seconds, pool, limits)
+        self.executor = executor = executor_for(
+            app,
+            self.id,
+            threads,
+            self.lease_seconds,
+            self.stats,
+            self.transitions,
+            wake.set,
+            self.completer,
+            permits,
+            stop,
+        )
         self.lease_keeper = LeaseKeeper(
             self.dsn,
             self.id,
@@ -263,20 +291,27 @@ class Worker:
             executor.leases,
             executor.leases_lost,
             executor.running,
-            pooler=self.app.pooler,
+            pooler=app.pooler,
+            clock=clock,
         )
-        self.stager = Stager(pool, self.queues, self.stage_interval, producer.wake)
-        self.completer = Completer(
+        self.producer = producer = Producer(
+            executor,
+            self.completer,
+            self.lease_keeper,
             pool,
+            limits,
+            self.stager.stage,
+            wake,
+            stop,
             self.id,
-            executor.written,
-            producer.wake,
-            self.lease_keeper.left,
-            deferred=self.stager.nudge,  # a sleep or backoff was written: due times moved
+            self.queues,
+            self.concurrency,
+            self.lease_seconds,
+            self.poll_interval,
+            self.stats,
+            max_runs=self.max_runs,
+            max_memory_mb=self.max_memory_mb,
         )
-        executor.open(self.completer, stop)
-        limits = QueueLimits(pool)
-        executor.permits.open(pool, limits)
         self.listener = Listener(
             self.dsn,
             pool,
@@ -288,7 +323,7 @@ class Worker:
             due=self.stager.nudge,
             idle=producer.idle,
             pick_up=producer.pick_up,
-            connect_kwargs=db.connect_kwargs(self.app.pooler),
+            connect_kwargs=db.connect_kwargs(app.pooler),
         )
         await limits.refresh()
         duties = [
@@ -308,7 +343,6 @@ class Worker:
             duties.append(self.listener.run())
         background = [asyncio.create_task(d) for d in duties]
         self.lease_keeper.start()
-        producer.open(stop, pool, self.completer, limits, self.lease_keeper, self.stager.stage)
         # the frames whose local `held` names the attempt running on the loop
         watch = LoopWatch(
             self.lease_seconds,
@@ -335,7 +369,7 @@ class Worker:
                 await asyncio.wait_for(self.listener.connected.wait(), 10)
             self.started.set()
             await producer.run(burst)
-            self.probes.stopping = True
+            self.probes.draining()
             await shutdown.drain(executor, self.completer, self.grace, self.stats)
         finally:
             await shutdown.cancel(background)

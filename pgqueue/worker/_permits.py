@@ -22,20 +22,19 @@ log = logging.getLogger("pgqueue.worker")
 
 
 class ZombiePermits:
-    def __init__(self, worker_id: UUID, lease_seconds: float) -> None:
+    """Files the permits of worker `worker_id`'s threads through `pool`; only for the
+    queues `limits` says have limits."""
+
+    def __init__(
+        self, worker_id: UUID, lease_seconds: float, pool: Pool, limits: QueueLimits
+    ) -> None:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
-        self.pool: Pool | None = None  # given by open()
-        self.limits: QueueLimits | None = None
+        self.pool = pool
+        self.limits = limits
         # the task filing each attempt's permit, until its thread returns
         self.filed: dict[Held, asyncio.Task[None]] = {}
         self._releases: set[asyncio.Task[None]] = set()
-
-    def open(self, pool: Pool, limits: QueueLimits) -> None:
-        """On the loop, before the first claim: where permits are filed, and which queues
-        have limits (only theirs are)."""
-        self.pool = pool
-        self.limits = limits
 
     def keep(self, held: Held) -> asyncio.Task[None]:
         """File `held` in pgqueue.zombie_permits (a limited queue's only), for as long as
@@ -46,13 +45,12 @@ class ZombiePermits:
         return task
 
     def limited(self, queue: str) -> bool:
-        return self.limits is not None and queue in self.limits.limited
+        return queue in self.limits.limited
 
     async def _hold(self, held: Held) -> None:
         row = held.row
         if not self.limited(row.queue):
             return
-        assert self.pool is not None
         params = {
             "lease_token": held.lease_token,
             "run_id": held.id,
@@ -88,7 +86,6 @@ class ZombiePermits:
 
     async def _drop(self, held: Held, hold: asyncio.Task[None]) -> None:
         await hold  # filed first, or a late insert would outlive the thread
-        assert self.pool is not None
         failures = 0
         while True:
             try:

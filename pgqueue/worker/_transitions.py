@@ -1,11 +1,13 @@
 """Run transitions as this worker sees them: one structured INFO line each (logger
-"pgqueue.worker"; with `--log-format json` its fields become JSON keys) and, when the
-worker serves metrics, the matching counters and histograms."""
+"pgqueue.worker"; with `--log-format json` its fields become JSON keys), the worker's
+stats of written outcomes and, when the worker serves metrics, the matching counters and
+histograms."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from pgqueue.states import RunState
@@ -33,8 +35,12 @@ def event_of(outcome: Outcome, written: bool) -> str:
 
 
 class Transitions:
-    def __init__(self, metrics: WorkerMetrics | None) -> None:
+    """Counts written outcomes in `stats` (by state, "fenced" for those the lease fenced
+    out), and into `metrics` (None: the worker serves none)."""
+
+    def __init__(self, metrics: WorkerMetrics | None, stats: Counter[str]) -> None:
         self.metrics = metrics
+        self.stats = stats
         self._started: dict[Held, float] = {}
 
     def _quiet(self) -> bool:
@@ -69,6 +75,11 @@ class Transitions:
                 "pickup_ms": round(pickup * 1000, 1),
             },
         )
+
+    def written(self, held: Held, outcome: Outcome, written: bool) -> None:
+        """The attempt's outcome was written (or fenced out: the lease was lost)."""
+        self.stats[outcome.state if written else "fenced"] += 1
+        self.finished(held, outcome, written)
 
     def finished(self, held: Held, outcome: Outcome | None, written: bool) -> None:
         """After the attempt's outcome was written (or fenced out); outcome None: the

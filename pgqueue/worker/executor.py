@@ -54,7 +54,9 @@ class Executor:
     """Runs the attempts this worker holds (`held`), their sync code in `runtime.threads`.
     `freed()` is called whenever a slot frees (the producer's wake: it claims into it);
     `make_context` and `make_durable` build an attempt's Context and, for a workflow, its
-    stored side (Durable(app, ...) less the app)."""
+    stored side (Durable(app, ...) less the app). Outcomes go to `completer`; the permits
+    of threads that outlive their attempt to `permits`; `stopping` is set once the worker
+    stops. Built on the event loop it runs attempts on."""
 
     def __init__(
         self,
@@ -66,6 +68,9 @@ class Executor:
         make_context: MakeContext,
         make_durable: Callable[..., Durable],
         freed: Callable[[], None],
+        completer: Completer,
+        permits: ZombiePermits,
+        stopping: asyncio.Event,
     ) -> None:
         self.runtime = runtime
         self.tasks = runtime.tasks
@@ -77,7 +82,11 @@ class Executor:
         self.make_durable = make_durable
         self.freed = freed
         self.lease_seconds = lease_seconds
-        self.permits = ZombiePermits(worker_id, lease_seconds)
+        self.completer = completer
+        self.permits = permits
+        self.stopping = stopping
+        self._loop = asyncio.get_running_loop()
+        self._start_task = task_starter(self._loop)
         # Attempts this process holds (a run retried onto this worker while an abandoned
         # thread of its previous attempt still runs is in it twice, as two attempts).
         self.held: set[Held] = set()
@@ -88,20 +97,9 @@ class Executor:
         # what shutdown.drain() waits on until none is left that still owns its run.
         self.in_threads: set[Held] = set()
         self.threaded: dict[str, bool] = {}  # task name: its attempts run in a thread
+        # set while draining (quiet_threads), done once no thread attempt owes an outcome
         self.threads_quiet: asyncio.Future[None] | None = None
         self._expire = self.expire  # bound once: not a method object made per run
-        # given by open(), on the loop, before the first claim
-        self.completer: Completer = None  # type: ignore[assignment]
-        self.stopping: asyncio.Event = None  # type: ignore[assignment]
-        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._start_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = None  # type: ignore[assignment]
-
-    def open(self, completer: Completer, stopping: asyncio.Event) -> None:
-        """On the loop: where outcomes go, and the event set once the worker stops."""
-        self.completer = completer
-        self.stopping = stopping
-        self._loop = asyncio.get_running_loop()
-        self._start_task = task_starter(self._loop)
 
     # -- the hand-over -----------------------------------------------------------------
 
@@ -173,7 +171,7 @@ class Executor:
                     # timed out, its thread runs on: the permit stays taken (permits.keep)
                     await self.permits.keep(held)
                 written = await self.completer.submit(outcome)
-                self.written(held, outcome, written)
+                self.transitions.written(held, outcome, written)
                 if written and task is not None:
                     await _attempt.run_hook(self.runtime, held, task, outcome)
             inv = held.invocation
@@ -219,7 +217,7 @@ class Executor:
         self, held: Held, task: Task[Any, Any] | None, outcome: Outcome
     ) -> None:
         written = await self.completer.submit(outcome)
-        self.written(held, outcome, written)
+        self.transitions.written(held, outcome, written)
         if written and task is not None:
             await _attempt.run_hook(self.runtime, held, task, outcome)
 
@@ -271,6 +269,12 @@ class Executor:
         that cost its lease)."""
         return sum(not h.lost for h in self.in_threads)
 
+    def quiet_threads(self) -> asyncio.Future[None]:
+        """On the loop, draining: a future done once no thread attempt owes its outcome
+        (owed_threads)."""
+        quiet = self.threads_quiet = self._loop.create_future()
+        return quiet
+
     def check_quiet(self) -> None:
         quiet = self.threads_quiet
         if quiet is not None and not quiet.done() and not self.owed_threads():
@@ -300,11 +304,6 @@ class Executor:
 
     # -- outcomes and lost leases ------------------------------------------------------
 
-    def written(self, held: Held, outcome: Outcome, written: bool) -> None:
-        """The attempt's outcome was written (or fenced out: the lease was lost)."""
-        self.stats[outcome.state if written else "fenced"] += 1
-        self.transitions.finished(held, outcome, written)
-
     def free(self, held: Held) -> None:
         if held in self.held:
             self.held.remove(held)
@@ -315,7 +314,7 @@ class Executor:
         (what the lease keeper renews): those still running here, and those whose
         outcome the completer has not written yet."""
         leases = [(h.id, h.lease_token) for h in self.held if not h.submitted and not h.lost]
-        if self.completer is not None and self.completer.unwritten:
+        if self.completer.unwritten:
             leases += self.completer.leases()
         return leases
 

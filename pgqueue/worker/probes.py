@@ -47,7 +47,12 @@ class Probes:
         self.stopping = False
 
     def running(self, watch: LoopWatch, lease_keeper: LeaseKeeper, dsn: str) -> None:
+        """The worker's loop runs: look at its watchdog, its lease keeper, its database."""
         self.watch, self.lease_keeper, self.dsn = watch, lease_keeper, dsn
+
+    def draining(self) -> None:
+        """The worker drains: readiness answers 503 "stopping" from now on."""
+        self.stopping = True
 
     def liveness(self) -> Probe:
         watch, keeper = self.watch, self.lease_keeper

@@ -61,12 +61,29 @@ def rss_mb() -> float:
         return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
+# One stager pass: runs made ready, and seconds until the next is due (Stager.stage)
+Stage = Callable[[], Coroutine[Any, Any, tuple[int, float | None]]]
+
+
 class Producer:
-    """Claims runs of `queues` for `executor`, at most `concurrency` held at once."""
+    """Claims runs of `queues` through `pool` for `executor`, at most `concurrency` held
+    at once, and hands their leases to `lease_keeper`. It claims whenever `wake` is set (a
+    slot freed, work may have arrived: the executor, the completer and the stager set
+    it) and stops once `stop` is set (it sets it itself to recycle). `limits` says which
+    queues claim through claim_limited; `completer` whether outcomes are still being
+    written; `stage` is one stager pass (burst mode asks for one before it ends). Built
+    on the event loop it claims on."""
 
     def __init__(
         self,
         executor: Executor,
+        completer: Completer,
+        lease_keeper: LeaseKeeper,
+        pool: Pool,
+        limits: QueueLimits,
+        stage: Stage,
+        wake: asyncio.Event,
+        stop: asyncio.Event,
         worker_id: UUID,
         queues: list[str],
         concurrency: int,
@@ -77,6 +94,13 @@ class Producer:
         max_memory_mb: float | None = None,
     ) -> None:
         self.executor = executor
+        self.completer = completer
+        self.lease_keeper = lease_keeper
+        self.pool = pool
+        self.limits = limits
+        self.stage = stage
+        self._wake = wake
+        self._stop = stop
         self.held = executor.held
         self.worker_id = worker_id
         self.queues = queues
@@ -98,51 +122,19 @@ class Producer:
         self.marks = semaphores.ClaimMarks()
         # enqueue-to-claim latency of the latest runs (bounded: a worker lives long)
         self.pickup_seconds: deque[float] = deque(maxlen=10_000)
-        # given by open(), on the loop, before the first claim
-        self._wake: asyncio.Event | None = None
-        self._stop: asyncio.Event | None = None
-        self.pool: Pool | None = None
-        self.completer: Completer | None = None
-        self.limits: QueueLimits | None = None
-        self.lease_keeper: LeaseKeeper | None = None
         self._rate_timer: asyncio.TimerHandle | None = None  # see _wake_in
         self._flying = 0  # the claim loop's claims on their way
         self._burst = False
         self._picking = 0  # pick_up claims on their way
-        self._picked: asyncio.Event | None = None  # set while none is
-        self.stage: Callable[[], Coroutine[Any, Any, tuple[int, float | None]]] | None = None
-
-    def open(
-        self,
-        stop: asyncio.Event,
-        pool: Pool,
-        completer: Completer,
-        limits: QueueLimits,
-        lease_keeper: LeaseKeeper,
-        stage: Callable[[], Coroutine[Any, Any, tuple[int, float | None]]],
-    ) -> None:
-        """On the loop: what the claims use. `stage` is one stager pass (burst mode asks
-        for one before it ends)."""
-        self._wake = asyncio.Event()
-        self._picked = asyncio.Event()
+        self._picked = asyncio.Event()  # set while none is
         self._picked.set()
-        self._stop = stop
-        self.pool = pool
-        self.completer = completer
-        self.limits = limits
-        self.lease_keeper = lease_keeper
-        self.stage = stage
 
     def wake(self) -> None:
         """Look for work now (a slot freed, a run was enqueued or staged)."""
-        if self._wake is not None:
-            self._wake.set()
+        self._wake.set()
 
     async def run(self, burst: bool) -> None:
         """Claim until the worker stops (or, with burst, until nothing is due)."""
-        assert self._wake is not None and self._stop is not None
-        assert self.completer is not None and self.stage is not None
-        assert self._picked is not None
         failures = 0
         start = 0
         settled = False
@@ -162,7 +154,7 @@ class Producer:
                 if free > 0 and (
                     not flying or (len(flying) < depth and full and free >= self.claim_batch)
                 ):
-                    if self.max_memory_mb is not None and self._over_memory():
+                    if self.max_memory_mb is not None and self._over_memory(self.max_memory_mb):
                         continue  # draining: the loop ends
                     flying.add(asyncio.create_task(self._claim_round(start)))
                     start = (start + 1) % len(self.queues)
@@ -235,20 +227,15 @@ class Producer:
         worker is running (not stopping, not in burst mode), the claim loop has no claim
         on its way (it would take the runs, or decide what to claim next once it lands),
         and a slot is free."""
-        return (
-            self._stop is not None
-            and not self._stop.is_set()
-            and not self._burst
-            and not self._flying
-            and self._free() > 0
-        )
+        return not self._stop.is_set() and not self._burst and not self._flying and self._free() > 0
 
     async def pick_up(self, queue: str) -> int:
         """Claim runs of `queue` into the free slots on a connection of the pool, and
         start them: the runs claimed. If the claim got all it asked for, the claim loop
         is woken for the rest. A database error is the caller's (it wakes the loop)."""
-        assert self._stop is not None and self._picked is not None
-        if self._stop.is_set() or (self.max_memory_mb is not None and self._over_memory()):
+        if self._stop.is_set() or (
+            self.max_memory_mb is not None and self._over_memory(self.max_memory_mb)
+        ):
             return 0
         free = self._free()
         if free <= 0:
@@ -299,7 +286,6 @@ class Producer:
         return claimed, more
 
     async def _sleep(self, seconds: float, wake: bool = False) -> None:
-        assert self._wake is not None and self._stop is not None
         waits = [asyncio.ensure_future(self._stop.wait())]
         if wake:
             waits.append(asyncio.ensure_future(self._wake.wait()))
@@ -311,7 +297,6 @@ class Producer:
 
     async def _claim(self, queue: str, limit: int) -> int:
         """Claim up to `limit` runs of `queue` on a connection of the pool, and start them."""
-        assert self.pool is not None
         async with self.pool.connection() as conn:
             rows = await self._fetch(conn, queue, limit)
         outage().succeeded("claim")  # here, not in run(): a round may not reach the database
@@ -319,7 +304,6 @@ class Producer:
 
     async def _fetch(self, conn: AsyncConnection[Any], queue: str, limit: int) -> list[Claimed]:
         """The claim of up to `limit` runs of `queue` on `conn`, its claim mark kept."""
-        assert self.limits is not None
         params = {
             "queue": queue,
             "limit": limit,
@@ -343,7 +327,6 @@ class Producer:
     def _start(self, rows: list[Claimed]) -> int:
         """Hand claimed `rows` to the lease keeper and, in claim order, to the executor:
         the runs claimed."""
-        assert self.lease_keeper is not None
         if rows:
             self.lease_keeper.add(rows)
         claimed = len(rows)
@@ -383,16 +366,15 @@ class Producer:
 
     # -- recycling --------------------------------------------------------------------
 
-    def _over_memory(self) -> bool:
-        """Whether RSS exceeds max_memory_mb (then drain), asked before each claim: the
+    def _over_memory(self, limit: float) -> bool:
+        """Whether RSS exceeds `limit`, max_memory_mb (then drain), asked before each claim: the
         moment it matters, since a draining worker only stops claiming. Read at most ten
         times a second (a read of /proc is some microseconds)."""
         now = time.monotonic()
         if now - self._rss_checked < 0.1:
             return False
         self._rss_checked = now
-        rss, limit = rss_mb(), self.max_memory_mb
-        assert limit is not None
+        rss = rss_mb()
         if rss <= limit:
             return False
         self._recycle(f"RSS {rss:.0f} MiB over max_memory_mb {limit:g}")
@@ -400,7 +382,6 @@ class Producer:
 
     def _recycle(self, why: str) -> None:
         """Drain and stop, as on SIGTERM: a supervisor starts a fresh process."""
-        assert self._stop is not None
         if not self._stop.is_set():
             log.info("%s: draining to exit (recycling)", why)
             self._stop.set()

@@ -33,8 +33,7 @@ async def drain(
     held = executor.held
     waits: list[asyncio.Future[Any]] = [h.task for h in held if h.task is not None and not h.lost]
     if executor.owed_threads():
-        executor.threads_quiet = asyncio.get_running_loop().create_future()
-        waits.append(executor.threads_quiet)
+        waits.append(executor.quiet_threads())
     if waits:
         running = sum(not h.submitted for h in held)
         log.info("draining %d running runs (grace %.0fs)", running, grace)

@@ -157,3 +157,39 @@ def test_eager_runs_a_task_in_the_requests_app_context_and_session(
     welcomed = 'SELECT welcomed_at IS NOT NULL FROM "user" WHERE email = %s'
     assert scalar(dsn, welcomed, ("eve@example.com",)) is True
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.runs") == 0
+
+
+def test_flask_pgqueue_worker_gets_the_default_concurrency(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flask pgqueue worker` with no --concurrency gets the default app.worker() gets:
+    100 while every task of the app is async, 10 once one is sync; an explicit one wins."""
+    from flask import Flask
+
+    import pgqueue
+    from pgqueue.contrib.flask import PgQueue
+    from pgqueue.worker import ASYNC_CONCURRENCY, SYNC_CONCURRENCY, Worker
+
+    seen: list[int] = []
+    monkeypatch.setattr(Worker, "run", lambda self, burst=False: seen.append(self.concurrency))
+    flask_app = Flask("defaults")
+    flask_app.config["PGQUEUE_DSN"] = dsn
+    queue = PgQueue(flask_app, pgqueue_app=pgqueue.App(dsn))
+
+    def worker(*options: str) -> int:
+        result = flask_app.test_cli_runner().invoke(args=["pgqueue", "worker", *options])
+        assert result.exit_code == 0, result.output
+        return seen.pop()
+
+    @queue.task(queue="a")
+    async def fast() -> None: ...
+
+    assert worker("--burst") == ASYNC_CONCURRENCY == queue.pgqueue_app.worker().concurrency
+    assert worker("--burst", "--concurrency", "7") == 7
+
+    @queue.task(queue="b")
+    def slow() -> None: ...
+
+    assert worker("--burst") == SYNC_CONCURRENCY == queue.pgqueue_app.worker().concurrency
+    assert worker("--burst", "--queues", "a") == SYNC_CONCURRENCY
+    queue.pgqueue_app.close()

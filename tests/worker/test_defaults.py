@@ -1,5 +1,6 @@
-"""A worker's default concurrency: 100 when every task it serves is async, else 10; an
-explicit concurrency always wins, from Python and from the CLI."""
+"""A worker's default concurrency: 100 when every task of the app is async, else 10; an
+explicit concurrency always wins, from Python and from the CLI (Django's and Flask's
+commands: tests/test_django.py, tests/test_flask.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def test_async_only_tasks_get_the_async_default(app: pgqueue.App) -> None:
     w = worker(app)
     assert ASYNC_CONCURRENCY == 100
     assert w.concurrency == 100
+    assert Worker(app, install_signal_handlers=False).concurrency == 100
+    # the parts are built with it once the worker runs
+    w.run(burst=True)
     assert w.producer.concurrency == 100 and w.executor.threads.size == 100
 
 
@@ -40,8 +44,13 @@ def test_one_sync_task_or_workflow_keeps_the_sync_default(app: pgqueue.App) -> N
 
     assert SYNC_CONCURRENCY == 10
     assert worker(app).concurrency == 10
-    # served queues decide: a worker of queue a only serves async tasks
-    assert worker(app, queues=["a"]).concurrency == 100
+    # a worker of queue a too: a run of slow may be routed there (.options(queue="a"))
+    assert worker(app, queues=["a"]).concurrency == 10
+
+
+def test_a_workflow_counts_as_sync(app: pgqueue.App) -> None:
+    @app.task(queue="a")
+    async def fast() -> None: ...
 
     @app.workflow(queue="a")
     def flow(ctx: pgqueue.Context) -> None: ...
@@ -49,16 +58,23 @@ def test_one_sync_task_or_workflow_keeps_the_sync_default(app: pgqueue.App) -> N
     assert worker(app, queues=["a"]).concurrency == 10
 
 
-def test_a_queue_no_task_declares_is_judged_by_every_task_of_the_app(
+def test_runs_routed_to_a_queue_no_task_declares_get_the_default_of_the_app(
     app: pgqueue.App,
 ) -> None:
-    """Runs routed with .options(queue=...) to a queue no task declares: the worker may
-    run any task of the app, so the app's tasks decide."""
+    """The user's case of issue 42: `app.worker(queues=[q])` with no options, serving a
+    queue that runs were routed to with .options(queue=q): every task of the app decides."""
 
     @app.task(queue="a")
     async def fast() -> None: ...
 
-    assert worker(app, queues=["routed"]).concurrency == 100
+    @app.task
+    async def other() -> None: ...
+
+    fast.options(queue="routed").enqueue()
+    w = worker(app, queues=["routed"])
+    assert w.concurrency == 100
+    w.run(burst=True)
+    assert w.stats["succeeded"] == 1 and w.producer.concurrency == 100
 
     @app.task(queue="b")
     def slow() -> None: ...

@@ -18,8 +18,11 @@ import pytest
 import pgqueue
 from pgqueue.worker import executor_for
 from pgqueue.worker._completer import Completer
+from pgqueue.worker._permits import ZombiePermits
+from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
+from pgqueue.worker.maintenance.queue_limits import QueueLimits
 from pgqueue.worker.records import Claimed, Held
 from tests.helpers import free_port, scalar, wait_until
 from tests.worker import parts
@@ -263,10 +266,22 @@ def test_an_outcome_not_written_yet_keeps_its_lease(app: pgqueue.App, dsn: str) 
 
     async def main() -> None:
         stats: Counter[str] = Counter()
-        executor = executor_for(app, parts.WORKER_ID, 1, 2, stats, Transitions(None), lambda: None)
+        transitions = Transitions(None, stats)
         async with parts.pool(dsn) as pool:
-            completer = Completer(pool, parts.WORKER_ID, executor.written, lambda: None)
-            executor.open(completer, asyncio.Event())
+            completer = Completer(pool, parts.WORKER_ID, transitions.written, lambda: None)
+            permits = ZombiePermits(parts.WORKER_ID, 2, pool, QueueLimits(pool))
+            executor = executor_for(
+                app,
+                parts.WORKER_ID,
+                DaemonThreads(1),
+                2,
+                stats,
+                transitions,
+                lambda: None,
+                completer,
+                permits,
+                asyncio.Event(),
+            )
             held = Held(row.id, row.lease_token, row, app.make_context(row))
             executor.held.add(held)
             await executor.execute(held, quick)  # its outcome is handed in, and its slot freed

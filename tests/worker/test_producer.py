@@ -15,6 +15,8 @@ import psycopg
 import pgqueue
 from pgqueue.worker import executor_for
 from pgqueue.worker._completer import Completer
+from pgqueue.worker._permits import ZombiePermits
+from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker._transitions import Transitions
 from pgqueue.worker.maintenance.lease_keeper import LeaseKeeper
 from pgqueue.worker.maintenance.queue_limits import QueueLimits
@@ -48,18 +50,42 @@ def test_a_claim_round_fills_the_free_slots_across_queues(app: pgqueue.App, dsn:
 
     async def main() -> None:
         stats: Counter[str] = Counter()
-        executor = executor_for(
-            app, parts.WORKER_ID, 6, 30, stats, Transitions(None), lambda: producer.wake()
-        )
-        producer = Producer(executor, parts.WORKER_ID, ["a", "b"], 6, 30, 5.0, stats)
+        transitions = Transitions(None, stats)
         async with parts.pool(dsn) as pool:
-            completer = Completer(pool, parts.WORKER_ID, executor.written, producer.wake)
-            stop = asyncio.Event()
-            executor.open(completer, stop)
+            wake, stop = asyncio.Event(), asyncio.Event()
+            completer = Completer(pool, parts.WORKER_ID, transitions.written, wake.set)
             limits = QueueLimits(pool)
             await limits.refresh()
+            permits = ZombiePermits(parts.WORKER_ID, 30, pool, limits)
+            executor = executor_for(
+                app,
+                parts.WORKER_ID,
+                DaemonThreads(6),
+                30,
+                stats,
+                transitions,
+                wake.set,
+                completer,
+                permits,
+                stop,
+            )
             keeper = LeaseKeeper(dsn, parts.WORKER_ID, 30, executor.leases, lambda gone: None)
-            producer.open(stop, pool, completer, limits, keeper, no_stage)
+            producer = Producer(
+                executor,
+                completer,
+                keeper,
+                pool,
+                limits,
+                no_stage,
+                wake,
+                stop,
+                parts.WORKER_ID,
+                ["a", "b"],
+                6,
+                30,
+                5.0,
+                stats,
+            )
             writer = asyncio.create_task(completer.run())
 
             async def settle() -> None:

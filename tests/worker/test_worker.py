@@ -15,6 +15,7 @@ import pytest
 import pgqueue
 from pgqueue.db import sql as _sql
 from pgqueue.worker._completer import complete_params
+from pgqueue.worker.producer import Producer
 from pgqueue.worker.records import Outcome
 from tests.helpers import InProcessWorker, wait_until
 from tests.worker.parts import FROM_FRONT
@@ -649,7 +650,7 @@ def test_a_running_step_commits_asynchronously_its_outcome_does_not(
 
 
 def test_two_claims_in_flight_stay_within_the_concurrency(
-    app: pgqueue.App, conn: psycopg.Connection[Any]
+    app: pgqueue.App, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A running worker keeps a second claim on its way while the first one's runs start;
     the runs it holds plus the slots its claims asked for never exceed its concurrency."""
@@ -668,15 +669,14 @@ def test_two_claims_in_flight_stay_within_the_concurrency(
     worker = in_process.worker
     taken: list[int] = []  # slots held or asked for, as each claim starts
     asked: list[int] = []  # slots asked for by the claims on their way, then
-    producer = worker.producer
-    claim = producer._claim
+    claim = Producer._claim  # the worker's producer is built once it runs
 
-    async def spy(queue: str, limit: int) -> int:
-        taken.append(len(worker.executor.held) + producer.reserved)
+    async def spy(producer: Producer, queue: str, limit: int) -> int:
+        taken.append(len(producer.executor.held) + producer.reserved)
         asked.append(producer.reserved)
-        return await claim(queue, limit)
+        return await claim(producer, queue, limit)
 
-    producer._claim = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(Producer, "_claim", spy)
     with in_process:
         wait_until(
             lambda: (

@@ -23,6 +23,26 @@ from pgqueue.worker.records import Claimed
 log = logging.getLogger("pgqueue.worker")
 
 
+class LeaseClock:
+    """Until when the leases this worker renewed last are valid at least (monotonic): the
+    start of the last renewal that committed plus the lease (leases claimed since hold
+    longer). The lease keeper moves it (renewed); the completer, the executor and the
+    probes ask what is left (left(), any thread). An object of its own so that those can
+    be built before the lease keeper, which is built from the executor."""
+
+    def __init__(self, lease_seconds: float) -> None:
+        self.lease_seconds = lease_seconds
+        self.valid_until = time.monotonic() + lease_seconds
+
+    def renewed(self, started: float) -> None:
+        """A renewal that started at `started` (monotonic) committed."""
+        self.valid_until = started + self.lease_seconds
+
+    def left(self) -> float:
+        """Seconds the leases renewed last are still valid, at least (any thread)."""
+        return self.valid_until - time.monotonic()
+
+
 class LeaseKeeper:
     """Renews the leases of the runs this worker claimed, and beats its heartbeat, every
     third of the lease, on a connection and a thread of its own: a task that blocks the
@@ -40,7 +60,8 @@ class LeaseKeeper:
     Faults: a renewal that lost its connection is tried again at once on a fresh one (a
     connection found dead while idle is replaced before it is used), and between later
     tries the keeper never waits longer than a third of what is left of the leases it
-    last renewed (`valid_until`): a few tries land before they expire."""
+    last renewed (`clock`, a LeaseClock of its own unless given one): a few tries land
+    before they expire."""
 
     name = "lease keeper"
     SNAPSHOT_WAIT = 0.5  # seconds the thread waits for the loop's list of held leases
@@ -55,6 +76,7 @@ class LeaseKeeper:
         lost: Callable[[list[tuple[int, str]]], None],
         running: Callable[[], list[str]] | None = None,
         pooler: str | None = None,
+        clock: LeaseClock | None = None,
     ) -> None:
         self.dsn = dsn
         self.pooler = pooler
@@ -71,9 +93,7 @@ class LeaseKeeper:
         self._handshake = threading.Lock()  # a snapshot is taken, or given up, not both
         self._stopped = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
-        # (monotonic) until when the leases renewed last are valid at least: the start of
-        # the last renewal that committed plus the lease (leases claimed since hold longer)
-        self.valid_until = time.monotonic() + lease_seconds
+        self.clock = clock if clock is not None else LeaseClock(lease_seconds)
         self._outage = outage()
         self._thread = threading.Thread(target=self._run, name="pgqueue-leases", daemon=True)
 
@@ -89,7 +109,7 @@ class LeaseKeeper:
     def start(self) -> None:
         """On the loop, whose held leases it renews."""
         self._loop = asyncio.get_running_loop()
-        self.valid_until = time.monotonic() + self.lease_seconds
+        self.clock.renewed(time.monotonic())
         self._outage = outage()  # the worker's, which its thread reports to
         self._thread.start()
 
@@ -122,9 +142,14 @@ class LeaseKeeper:
     def _every(self) -> float:
         return self.lease_seconds / 3
 
+    @property
+    def valid_until(self) -> float:
+        """(monotonic) until when the leases renewed last are valid at least."""
+        return self.clock.valid_until
+
     def left(self) -> float:
         """Seconds the leases renewed last are still valid, at least (any thread)."""
-        return self.valid_until - time.monotonic()
+        return self.clock.left()
 
     def _retry_cap(self) -> float:
         """The longest wait before the next try: a third of what is left of the leases
@@ -160,7 +185,7 @@ class LeaseKeeper:
         started = time.monotonic()
         cur = self._conn.execute(_sql.query("renew_leases"), params)
         renewed = {(row[0], row[1]) for row in cur}
-        self.valid_until = started + self.lease_seconds
+        self.clock.renewed(started)
         lost = [lease for lease in held if lease not in renewed]
         self._gone.update(lost)
         if lost:  # those the loop still holds when it gets this (it may be blocked)

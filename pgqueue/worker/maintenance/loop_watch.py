@@ -18,7 +18,7 @@ class LoopWatch:
     the task whose code blocks it. The loop beats (a timer every `every` seconds, not a
     cost per run); a thread looks at the beat, and at the loop thread's stack when it
     stalls: the attempt running there is found in its frames, so that nothing has to
-    record which attempt is on the loop as each one starts."""
+    record which attempt is on the loop as each one starts. Built on the loop it watches."""
 
     def __init__(self, lease_seconds: float, attempt_codes: set[CodeType]) -> None:
         self.lease_seconds = lease_seconds
@@ -27,16 +27,14 @@ class LoopWatch:
         self.limit = lease_seconds / 3
         self.every = min(0.5, self.limit / 4)
         self.beat = time.monotonic()
-        self._loop_thread = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._handle: Any = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pgqueue-watchdog", daemon=True)
 
     def start(self) -> None:
         """On the loop."""
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         self._tick()
         self._thread.start()
 
@@ -48,9 +46,7 @@ class LoopWatch:
 
     def _tick(self) -> None:
         self.beat = time.monotonic()
-        loop = self._loop
-        assert loop is not None
-        self._handle = loop.call_later(self.every, self._tick)
+        self._handle = self._loop.call_later(self.every, self._tick)
 
     def _run(self) -> None:
         warned: float | None = None  # the beat before the stall last warned about

@@ -10,7 +10,6 @@ from pgqueue.worker._service import Pool, Service
 
 if TYPE_CHECKING:
     from pgqueue.ops.metrics import WorkerMetrics
-    from pgqueue.worker._transitions import Transitions
     from pgqueue.worker.probes import Probes
 
 INTERVAL = 5.0
@@ -33,18 +32,15 @@ class QueueDepth(Service):
         return INTERVAL
 
 
-def serve(
-    port: int | None, transitions: Transitions, probes: Probes | None = None
-) -> WorkerMetrics | None:
-    """Serve the worker's metrics (and its probes) on `port` (None: no metrics); its
-    transitions count into them."""
+def serve(port: int | None, probes: Probes | None = None) -> WorkerMetrics | None:
+    """Serve the worker's metrics (and its probes) on `port` (None: no metrics): what its
+    Transitions count into."""
     if port is None:
         return None
     from pgqueue.ops.metrics import WorkerMetrics
 
     metrics = WorkerMetrics()
     metrics.serve(port, probes=probes)
-    transitions.metrics = metrics
     return metrics
 
 

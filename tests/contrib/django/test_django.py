@@ -269,6 +269,27 @@ def test_management_command_and_schema_check(
     assert "no run with id 12345" in capsys.readouterr().err
 
 
+def test_the_management_command_worker_gets_the_default_concurrency(
+    project_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`manage.py pgqueue worker` with no --concurrency gets the default app.worker()
+    gets (default_concurrency: the example project's tasks are sync), and an explicit one
+    wins."""
+    from django.core.management import call_command
+
+    from pgqueue.contrib.django import conf
+    from pgqueue.worker import SYNC_CONCURRENCY, Worker
+    from pgqueue.worker.defaults import default_concurrency
+
+    seen: list[int] = []
+    monkeypatch.setattr(Worker, "run", lambda self, burst=False: seen.append(self.concurrency))
+    call_command("pgqueue", "worker", "--burst")
+    call_command("pgqueue", "worker", "--burst", "--concurrency", "7")
+    app = conf.get_app()
+    assert seen == [default_concurrency(app.tasks.values()), 7]
+    assert seen[0] == SYNC_CONCURRENCY == app.worker(install_signal_handlers=False).concurrency
+
+
 # -- psycopg2 ---------------------------------------------------------------------------
 
 
