@@ -100,9 +100,9 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         "failed": "runs_failed_idx",
     }
     for state, index in expected.items():
-        query, _ = data.runs_query(state)
+        query, _ = data.runs_query(data.RunFilter(state=state))
         assert_reads(conn, query, page, index)
-    query, _ = data.runs_query("waiting")
+    query, _ = data.runs_query(data.RunFilter(state="waiting"))
     assert_reads(conn, query, page)
 
     assert_reads(
@@ -234,7 +234,7 @@ def test_a_page_of_queued_runs_reads_a_bounded_part_of_the_backlog(
     reads at most `scan` ids per queue from runs_claim_idx, and its "why" at most the
     first 1,001 runs of each queue, not every run ahead of each of the 500."""
     conn = big
-    query, _ = data.runs_query("queued")
+    query, _ = data.runs_query(data.RunFilter(state="queued"))
     params = {**FILTERS, **START, "limit": 500}
     read = rows_read(conn, query, params)
     assert set(read) <= {"runs_claim_idx", "runs_pkey"}, read

@@ -166,6 +166,10 @@ class Dashboard:
             waited=wait_text,
         )
 
+    def task_names(self) -> list[str]:
+        """The tasks of the App's registry (none for a dashboard made from a DSN)."""
+        return sorted(getattr(self.app, "tasks", None) or ())
+
     def close(self) -> None:
         """Close the pool of the App made from a DSN (an App passed in stays open)."""
         if self._own_app:

@@ -82,15 +82,29 @@ def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(text).format(**{k: _literals(v) for k, v in states.items()})
 
 
-def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
-    """The statement of a page of runs in `state` (None: every state), and whether it
-    pages by finish time (finished states) rather than by id."""
+def runs_query(filt: RunFilter) -> tuple[sql.Composed, bool]:
+    """The statement of a page of runs matching `filt`, and whether it pages by finish
+    time (finished states) rather than by id. A state with a queue or a task reads an
+    index keyed by them, so that every run it reads matches those: the page is exact at
+    any depth. Other filters (group, q, a task on unfinished runs) apply to the runs read,
+    at most SCAN a page."""
+    state = filt.state
     if state in FINISHED_STATES:
+        if filt.task is not None:
+            name = "dashboard_runs_by_finish_task"
+            return states_query(name, window=FINISHED_STATES, states=(state,)), True
+        if filt.queue is not None:
+            name = "dashboard_runs_by_finish_queue"
+            return states_query(name, window=FINISHED_STATES, states=(state,)), True
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
+        if filt.queue is not None:
+            return states_query("dashboard_runs_queued_queue"), False
         return states_query("dashboard_runs_queued"), False
     if state is not None:
+        if filt.queue is not None:
+            return states_query("dashboard_runs_live_queue", states=(state,)), False
         return states_query("dashboard_runs_live", states=(state,)), False
     return states_query("dashboard_runs_by_id", states=STATES), False
 
@@ -116,7 +130,7 @@ def list_runs(
 ) -> dict[str, Any]:
     """A page of runs, newest first, and the cursor of the next page (None: no more).
     Queued, scheduled and waiting runs carry `why`: what keeps each from running."""
-    query, by_finish = runs_query(filt.state)
+    query, by_finish = runs_query(filt)
     before_at, before_id = parse_cursor(cursor, by_finish)
     params = {**filt.params(), "limit": limit, "scan": SCAN, "before_id": before_id}
     if by_finish:
@@ -332,6 +346,47 @@ def _worker(w: dict[str, Any]) -> dict[str, Any]:
 
 def list_schedules(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return {"schedules": _schedules.list_all(conn)}
+
+
+EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an estimate
+
+
+def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
+    """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
+    the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
+    (a state, with a queue, or for finished runs a task); otherwise the planner's
+    estimate, labelled as one. None for a text search (`q`), which no index answers."""
+    if filt.q is not None:
+        return None
+    states = (filt.state,) if filt.state is not None else STATES
+    params = {"queue": filt.queue, "task": filt.task, "group": filt.group}
+    row = conn.execute(states_query("dashboard_estimate", states=states), params, prepare=False)
+    plan = row.fetchone()
+    assert plan is not None
+    estimate = int(plan[0][0]["Plan"]["Plan Rows"])
+    indexed = filt.state is not None and filt.group is None
+    if filt.task is not None and filt.state not in FINISHED_STATES:
+        indexed = False
+    if indexed and estimate <= EXACT_UP_TO:
+        counted = conn.execute(
+            states_query("dashboard_count", states=states),
+            {**params, "cap": EXACT_UP_TO + 1},
+            prepare=False,
+        ).fetchone()
+        assert counted is not None
+        if counted[0] <= EXACT_UP_TO:
+            return {"count": int(counted[0]), "exact": True}
+        estimate = max(estimate, EXACT_UP_TO + 1)
+    return {"count": estimate, "exact": False}
+
+
+def pickers(conn: psycopg.Connection[Any], tasks: list[str]) -> dict[str, list[str]]:
+    """The queue and task names the list's pickers offer (`tasks`: the App's registry)."""
+    rows = conn.execute(_sql.query("dashboard_pickers")).fetchall()
+    out: dict[str, set[str]] = {"queue": set(), "task": set(tasks)}
+    for kind, name in rows:
+        out[kind].add(name)
+    return {"queues": sorted(out["queue"]), "tasks": sorted(out["task"])}
 
 
 def count_matching(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:

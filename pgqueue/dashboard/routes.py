@@ -16,6 +16,7 @@ from pgqueue.dashboard.core import (
     form,
     int_param,
     json_response,
+    redirect,
     request_json,
     route,
 )
@@ -55,7 +56,12 @@ def run_filter(req: Request) -> data.RunFilter:
 def runs_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     filt = run_filter(req)
     with d.db() as conn:
+        run_id = int(filt.q) if filt.q and filt.q.isdigit() and len(filt.q) <= 18 else None
+        if run_id is not None and data.exists(conn, run_id):  # an id, however old: its page
+            return redirect(f"{req.root}/runs/{run_id}")
         page = data.list_runs(conn, filt, req.query.get("cursor"))
+        count = data.count_runs(conn, filt)
+        pickers = data.pickers(conn, d.task_names())
     query = filt.to_json()
     next_url = None
     if page["next"]:
@@ -63,8 +69,27 @@ def runs_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     return d.page(
         req,
         "runs.html",
-        {**page, "f": filt, "next_url": next_url, "first": not req.query.get("cursor")},
+        {
+            **page,
+            **pickers,
+            "f": filt,
+            "count": count,
+            "next_url": next_url,
+            "first": not req.query.get("cursor"),
+        },
     )
+
+
+@route("GET", "/go")
+def go_to_run(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """The "go to run #" box: the run's page, or 404."""
+    text = req.query.get("run", "").strip().lstrip("#")
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        raise Problem(400, "run must be a run's id (digits)")
+    with d.db() as conn:
+        if not data.exists(conn, int(text)):
+            raise RunNotFound(f"no run with id {int(text)} (it may have been pruned)")
+    return redirect(f"{req.root}/runs/{int(text)}")
 
 
 @route("GET", "/api/runs")
@@ -78,9 +103,13 @@ def runs_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 
 @route("GET", "/api/runs/count")
 def runs_count_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
-    """How many runs a bulk action would reach (the page asks before it acts)."""
+    """How many runs a bulk action would reach (the page asks before it acts), or without
+    an action how many a list's filter holds: {"count": n, "exact": false} is the
+    planner's estimate."""
     action = req.query.get("action", "")
     with d.db() as conn:
+        if not action:
+            return json_response(data.count_runs(conn, run_filter(req)))
         return json_response({"count": data.count_matching(conn, action, run_filter(req))})
 
 
