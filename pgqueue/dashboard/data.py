@@ -113,16 +113,45 @@ def runs_query(filt: RunFilter) -> tuple[sql.Composed, bool]:
 
 
 def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """Every queue's counts, limits and recent figures, and the last hour per minute."""
+    """Every queue's counts, limits and recent figures, its all-time totals of finished
+    runs by state (`succeeded_total`...; `totals`: over every queue), and the last hour
+    per minute."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_sql.query("no_jit"))
         queues = cur.execute(_sql.query("dashboard_queues")).fetchall()
         minutes = cur.execute(_sql.query("dashboard_throughput")).fetchall()
         now = cur.execute("SELECT now() AS now").fetchone()
+        totals = cur.execute(_sql.query("dashboard_totals")).fetchall()
     assert now is not None
     for q in queues:
         q.pop("now", None)
-    return {"now": now["now"], "queues": queues, "throughput": minutes}
+    by_queue: dict[str, dict[str, int]] = {}
+    for t in totals:
+        by_queue.setdefault(t["queue"], {})[t["state"]] = int(t["n"])
+    for q in queues:
+        for state in FINISHED_STATES:
+            q[f"{state.value}_total"] = by_queue.get(q["queue"], {}).get(state, 0)
+    everything = {
+        state.value: sum(n.get(state, 0) for n in by_queue.values()) for state in FINISHED_STATES
+    }
+    return {"now": now["now"], "queues": queues, "throughput": minutes, "totals": everything}
+
+
+FAILURE_SCAN = 20_000  # failed runs the Failures page groups, the newest first
+
+
+def failures(conn: psycopg.Connection[Any], limit: int = 100) -> dict[str, Any]:
+    """The newest FAILURE_SCAN failed runs grouped by task and error class, largest groups
+    first, and how many failed runs there are in all (the tally's totals)."""
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_sql.query("no_jit"))
+        groups = cur.execute(
+            _sql.query("dashboard_failures"), {"scan": FAILURE_SCAN, "limit": limit}
+        ).fetchall()
+    scanned = int(groups[0]["scanned"]) if groups else 0
+    for g in groups:
+        del g["scanned"]
+    return {"groups": groups, "scanned": scanned, "scan_limit": FAILURE_SCAN}
 
 
 def list_runs(

@@ -191,6 +191,18 @@ def queue_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     return d.acted(req, {"queue": name, "paused": paused})
 
 
+@route("GET", "/failures")
+def failures_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return d.page(req, "failures.html", data.failures(conn))
+
+
+@route("GET", "/api/failures")
+def failures_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        return json_response(data.failures(conn))
+
+
 @route("GET", "/workers")
 def workers_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     with d.db() as conn:
