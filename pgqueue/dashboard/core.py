@@ -21,6 +21,7 @@ pgqueue_csrf cookie, which another origin can neither read nor set.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -78,6 +79,7 @@ class Request:
     # whether a browser's Origin header names this dashboard; None: it must equal `origin`
     # (Django's mount, whose Host Django checked against ALLOWED_HOSTS)
     origin_ok: Callable[[str], bool] | None = None
+    actor: str = ""  # who a POST acts as, for the audit log (set by Dashboard._handle)
 
     @property
     def secure(self) -> bool:
@@ -107,6 +109,7 @@ class Access:
 
     view: bool
     act: bool
+    user: str | None = None  # who acts, for the audit log (Django's user name)
 
 
 class Problem(Exception):
@@ -225,6 +228,7 @@ class Dashboard:
                 continue
             if method == "POST":
                 self.check_post(req, access)
+                req = dataclasses.replace(req, actor=self.actor(req, access))
             return fn(self, req, m)
         if any(p.match(req.path) for _, p, _ in ROUTES):
             raise Problem(405, f"{req.method} is not allowed here")
@@ -255,6 +259,14 @@ class Dashboard:
             return Access(view=True, act=True)
         ok = self.bearer_ok(req) or self.session_ok(req.cookies.get(SESSION_COOKIE, ""))
         return Access(view=ok, act=ok)
+
+    def actor(self, req: Request, access: Access) -> str:
+        """Who the audit log says acted: the Django user, "token" (a session or a script
+        with the token), or "anonymous" (no token: a loopback dashboard, or a mount whose
+        application authenticated the request)."""
+        if access.user:
+            return access.user
+        return "token" if self.token else "anonymous"
 
     def bearer_ok(self, req: Request) -> bool:
         scheme, _, value = req.headers.get("authorization", "").partition(" ")
@@ -465,6 +477,17 @@ def local_url(url: str, root: str) -> str:
     if rest.startswith("//") or parts.scheme or parts.netloc:
         return home
     return url
+
+
+def is_form(req: Request) -> bool:
+    """A browser's form post (rather than a script's JSON)."""
+    return req.headers.get("content-type", "").startswith("application/x-www-form-urlencoded")
+
+
+def confirmed(req: Request) -> bool:
+    """A script's request, or a form post from a confirmation page (docs/dashboard.md:
+    every action a browser sends asks first, with or without JavaScript)."""
+    return not is_form(req) or form(req).get("confirmed") == "yes"
 
 
 def form(req: Request) -> dict[str, str]:

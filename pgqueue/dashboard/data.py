@@ -11,6 +11,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from pgqueue.dashboard import why
 from pgqueue.db import sql as _sql
@@ -261,6 +262,7 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
         else None,
         "waits_for": waits,
         "why": explain(conn, [run_id]).get(run_id),
+        "audit": audit_of_run(conn, run_id),
     }
 
 
@@ -442,8 +444,13 @@ def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
     return bulk
 
 
-def bulk(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
-    """Cancel or retry every run matching the filter, in batches; returns how many changed."""
+def bulk(
+    conn: psycopg.Connection[Any], action: str, filt: RunFilter, reason: str | None = None
+) -> int:
+    """Cancel or retry every run matching the filter, in batches; returns how many changed
+    (a cancel stores `reason` in each run's cancel_reason)."""
+    if action == "cancel":
+        return _bulk.act(conn, action, bulk_filter(action, filt), reason=reason)
     return _bulk.act(conn, action, bulk_filter(action, filt))
 
 
@@ -458,6 +465,55 @@ def retry(conn: psycopg.Connection[Any], run_id: int) -> bool:
 
 def exists(conn: psycopg.Connection[Any], run_id: int) -> bool:
     return conn.execute(_sql.query("get_run"), {"id": run_id}).fetchone() is not None
+
+
+def run_state(conn: psycopg.Connection[Any], run_id: int) -> str:
+    """The run's state; RunNotFound if there is no such run."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_sql.query("get_run"), {"id": run_id}).fetchone()
+    if run is None:
+        raise RunNotFound(f"no run with id {run_id}")
+    return str(run["state"])
+
+
+def record(
+    conn: psycopg.Connection[Any],
+    actor: str,
+    action: str,
+    *,
+    run_id: int | None = None,
+    target: dict[str, Any] | None = None,
+    count: int = 0,
+    reason: str | None = None,
+) -> None:
+    """Add an operator's action to pgqueue.audit."""
+    conn.execute(
+        _sql.query("audit_add"),
+        {
+            "actor": actor,
+            "action": action,
+            "run_id": run_id,
+            "target": Jsonb(target or {}),
+            "count": count,
+            "reason": reason,
+        },
+    )
+
+
+def audit_of_run(conn: psycopg.Connection[Any], run_id: int) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_sql.query("audit_run"), {"id": run_id}).fetchall()
+
+
+def list_audit(
+    conn: psycopg.Connection[Any], cursor: str | None, limit: int = PAGE_SIZE
+) -> dict[str, Any]:
+    """A page of operator actions, newest first, and the cursor of the next page."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            _sql.query("audit_list"), {"before_id": id_cursor(cursor, MAX_ID), "limit": limit}
+        ).fetchall()
+    return {"actions": rows, "next": str(rows[-1]["id"]) if len(rows) == limit else None}
 
 
 def set_queue_paused(conn: psycopg.Connection[Any], queue: str, paused: bool) -> None:

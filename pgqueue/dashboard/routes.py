@@ -13,14 +13,19 @@ from pgqueue.dashboard.core import (
     Problem,
     Request,
     Response,
+    confirmed,
     form,
     int_param,
+    is_form,
     json_response,
+    local_url,
     redirect,
     request_json,
     route,
 )
+from pgqueue.dashboard.formats import quote
 from pgqueue.errors import RunNotFound
+from pgqueue.states import RunState
 
 # -- pages and endpoints ---------------------------------------------------------------
 
@@ -132,21 +137,94 @@ def run_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 
 @route("POST", r"/api/runs/(\d{1,18})/(cancel|retry)")
 def run_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """Cancel or retry one run. A form asks first (confirm.html); retrying a run that
+    succeeded runs its task again, so the form wants the run's id typed and a script
+    {"rerun_succeeded": true}. Recorded in the audit log with its reason."""
     run_id, action = int(m[1]), m[2]
+    reason = action_reason(req)
     with d.db() as conn:
-        if action == "cancel":
-            done = data.cancel(conn, run_id, cancel_reason(req))
-        else:
-            done = data.retry(conn, run_id)
-        if not done and not data.exists(conn, run_id):
-            raise RunNotFound(f"no run with id {run_id}")
+        state = data.run_state(conn, run_id)
+        rerun = action == "retry" and state == RunState.SUCCEEDED
+        typed = form(req).get("typed", "").strip()
+        typed_ok = not (rerun and is_form(req)) or typed == str(run_id)
+        if not confirmed(req) or not typed_ok:
+            verb = "Cancel" if action == "cancel" else "Retry"
+            lines = [f"{verb} run {run_id} (now {state})?"]
+            if rerun:
+                lines.append(
+                    "This run succeeded: retrying it runs its task again, with the same "
+                    "arguments (a payment would be taken twice)."
+                )
+            return ask(
+                d,
+                req,
+                title=f"{verb} run {run_id}",
+                lines=lines,
+                action_url=f"/api/runs/{run_id}/{action}",
+                button=f"{verb} run {run_id}",
+                danger=action == "cancel" or rerun,
+                typed=f"Type the run's id, {run_id}, to retry it" if rerun else None,
+                error="the id typed is not this run's" if confirmed(req) else None,
+            )
+        if rerun and not is_form(req) and request_json(req).get("rerun_succeeded") is not True:
+            raise Problem(
+                409,
+                f"run {run_id} succeeded: retrying it runs its task again; "
+                'send {"rerun_succeeded": true} to do so',
+            )
+        cancel = action == "cancel"
+        done = data.cancel(conn, run_id, reason) if cancel else data.retry(conn, run_id)
+        if done:
+            data.record(conn, req.actor, action, run_id=run_id, count=1, reason=reason)
     key = "canceled" if action == "cancel" else "retried"
     return d.acted(req, {"id": run_id, key: done})
 
 
-def cancel_reason(req: Request) -> str | None:
-    """A cancel's optional reason: the form's `reason` field, or {"reason": ...} in a JSON
-    body (any other body, such as an empty multipart one, gives none)."""
+def ask(
+    d: Dashboard,
+    req: Request,
+    *,
+    title: str,
+    lines: list[str],
+    action_url: str,
+    button: str,
+    danger: bool = True,
+    count: int | None = None,
+    reason: bool = True,
+    typed: str | None = None,
+    error: str | None = None,
+    fields: dict[str, str] | None = None,
+) -> Response:
+    """The confirmation page of an action: what it does (with how many runs, for a bulk
+    action), a reason field, and a form that posts it again, confirmed."""
+    if fields is None:
+        skip = ("csrf", "confirmed", "typed", "reason")
+        fields = {k: v for k, v in form(req).items() if k not in skip}
+    back = local_url(fields.get("next", ""), req.root)
+    return d.page(
+        req,
+        "confirm.html",
+        {
+            "title": title,
+            "lines": lines,
+            "action_url": action_url,
+            "button": button,
+            "danger": danger,
+            "count": count,
+            "reason": reason,
+            "given_reason": form(req).get("reason"),
+            "typed": typed is not None,
+            "typed_label": typed,
+            "error": error,
+            "fields": fields,
+            "back": back,
+        },
+    )
+
+
+def action_reason(req: Request) -> str | None:
+    """An action's optional reason: the form's `reason` field, or {"reason": ...} in a
+    JSON body (any other body, such as an empty multipart one, gives none)."""
     kind = req.headers.get("content-type", "")
     if kind.startswith("application/x-www-form-urlencoded"):
         return form(req).get("reason") or None
@@ -165,9 +243,49 @@ def bulk_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     filt_values = body.get("filter", {})
     if not isinstance(action, str) or not isinstance(filt_values, dict):
         raise Problem(400, 'expected {"action": "cancel"|"retry", "filter": {...}}')
+    filt = data.RunFilter.from_mapping(filt_values)
+    reason = action_reason(req)
     with d.db() as conn:
-        count = data.bulk(conn, action, data.RunFilter.from_mapping(filt_values))
+        if not confirmed(req):
+            return ask_bulk(d, req, conn, action, filt)
+        count = data.bulk(conn, action, filt, reason)
+        data.record(
+            conn, req.actor, f"bulk_{action}", target=filt.to_json(), count=count, reason=reason
+        )
     return d.acted(req, {"action": action, "count": count})
+
+
+def ask_bulk(d: Dashboard, req: Request, conn: Any, action: str, filt: data.RunFilter) -> Response:
+    """A bulk action's confirmation page, with the exact count of the runs it reaches."""
+    count = data.count_matching(conn, action, filt)
+    described = ", ".join(f"{k} {v}" for k, v in filt.to_json().items()) or "no filter"
+    noun = "run" if count == 1 else "runs"
+    fields = {"action": action, **filt.to_json()}
+    given = form(req).get("next") or req.query.get("next") or ""
+    fields["next"] = local_url(given, req.root)
+    return ask(
+        d,
+        req,
+        title=f"{action.capitalize()} {count:,} {noun}",
+        lines=[f"{action.capitalize()} every run that matches {described}?"],
+        action_url="/api/runs/bulk",
+        button=f"{action.capitalize()} {count:,} {noun}",
+        danger=action == "cancel",
+        count=count,
+        fields=fields,
+    )
+
+
+@route("GET", "/confirm")
+def confirm_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """The confirmation page of a bulk action, linked to (the Failures page's retries)."""
+    action = req.query.get("action", "")
+    if action not in ("cancel", "retry"):
+        raise Problem(400, "action must be cancel or retry")
+    if d.read_only:
+        raise Problem(403, "this dashboard is read-only")
+    with d.db() as conn:
+        return ask_bulk(d, req, conn, action, run_filter(req))
 
 
 @route("GET", "/queues/([^/]{1,512})")
@@ -186,8 +304,26 @@ def queue_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 @route("POST", "/api/queues/([^/]{1,512})/(pause|resume)")
 def queue_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     name, paused = name_of(m[1]), m[2] == "pause"
+    if not confirmed(req):
+        verb = "Pause" if paused else "Resume"
+        effect = (
+            "no worker claims its runs until it is resumed"
+            if paused
+            else "workers claim its runs again"
+        )
+        return ask(
+            d,
+            req,
+            title=f"{verb} queue {name}",
+            lines=[f"{verb} queue {name}? {effect.capitalize()}."],
+            action_url=f"/api/queues/{quote(name)}/{m[2]}",
+            button=f"{verb} queue {name}",
+            danger=paused,
+        )
+    reason = action_reason(req)
     with d.db() as conn:
         data.set_queue_paused(conn, name, paused)
+        data.record(conn, req.actor, m[2], target={"queue": name}, count=1, reason=reason)
     return d.acted(req, {"queue": name, "paused": paused})
 
 
@@ -229,10 +365,49 @@ def schedules_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 
 @route("POST", "/api/schedules/([^/]{1,512})/(trigger|pause|resume)")
 def schedule_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
-    name = name_of(m[1])
+    name, action = name_of(m[1]), m[2]
+    if not confirmed(req):
+        what = {
+            "trigger": f"Run schedule {name}'s task now, once, besides its ticks?",
+            "pause": f"Pause schedule {name}? Its ticks enqueue nothing until it is resumed.",
+            "resume": f"Resume schedule {name}?",
+        }[action]
+        return ask(
+            d,
+            req,
+            title=f"{action.capitalize()} schedule {name}",
+            lines=[what],
+            action_url=f"/api/schedules/{quote(name)}/{action}",
+            button=f"{action.capitalize()} schedule {name}",
+            danger=action == "pause",
+        )
+    reason = action_reason(req)
     with d.db() as conn:
-        result = data.schedule_action(conn, name, m[2])
+        result = data.schedule_action(conn, name, action)
+        data.record(
+            conn,
+            req.actor,
+            f"schedule_{action}",
+            run_id=result.get("run_id"),
+            target={"schedule": name},
+            count=1,
+            reason=reason,
+        )
     return d.acted(req, {"schedule": name, **result})
+
+
+@route("GET", "/audit")
+def audit_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    with d.db() as conn:
+        page = data.list_audit(conn, req.query.get("cursor"))
+    return d.page(req, "audit.html", {**page, "first": not req.query.get("cursor")})
+
+
+@route("GET", "/api/audit")
+def audit_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    limit = int_param(req, "limit", data.PAGE_SIZE, 1, 500)
+    with d.db() as conn:
+        return json_response(data.list_audit(conn, req.query.get("cursor"), limit=limit))
 
 
 @route("GET", "/batches")
