@@ -126,6 +126,7 @@ def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     assert now is not None
     for q in queues:
         q.pop("now", None)
+        q["limits"] = limits_text(q)
     by_queue: dict[str, dict[str, int]] = {}
     for t in totals:
         by_queue.setdefault(t["queue"], {})[t["state"]] = int(t["n"])
@@ -136,6 +137,22 @@ def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         state.value: sum(n.get(state, 0) for n in by_queue.values()) for state in FINISHED_STATES
     }
     return {"now": now["now"], "queues": queues, "throughput": minutes, "totals": everything}
+
+
+def limits_text(q: dict[str, Any]) -> list[str]:
+    """A queue's limits in words, rate limits with their use (the overview's Limits)."""
+    out = []
+    if q["concurrency"]:
+        out.append(f"{q['concurrency']} at once")
+    if q["group_concurrency"]:
+        out.append(f"{q['group_concurrency']} per group")
+    if q["rate_limit"]:
+        out.append(f"{q['rate_limit']} ({q['rate_used'] or 0} used)")
+    if q["group_rate_limit"]:
+        out.append(f"{q['group_rate_limit']} per group")
+    if q["ordered"]:
+        out.append("ordered groups")
+    return out
 
 
 FAILURE_SCAN = 20_000  # failed runs the Failures page groups, the newest first
@@ -179,6 +196,7 @@ def list_runs(
     elif first["scanned"] == SCAN:
         next_cursor = make_cursor(first["last_at"], first["last_id"])
     reasons = explain(conn, [r["id"] for r in runs if r["state"] in why.EXPLAINED])
+    reasons |= stale(conn, [r["id"] for r in runs if r["state"] == RunState.RUNNING])
     for r in runs:
         r["why"] = reasons.get(r["id"])
     return {
@@ -227,6 +245,15 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
     return {row["id"]: why.reasons(row) for row in rows}
 
 
+def stale(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str]]:
+    """What is wrong with each of these running runs whose lease has expired, by id."""
+    if not ids:
+        return {}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_sql.query("dashboard_stale"), {"ids": ids}).fetchall()
+    return {row["id"]: why.stale_reasons(row) for row in rows}
+
+
 def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
     """Everything about one run: the row, its attempts' errors, its steps, its parent and
     child runs, what it waits for and who holds its lease."""
@@ -261,7 +288,7 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
         if parent
         else None,
         "waits_for": waits,
-        "why": explain(conn, [run_id]).get(run_id),
+        "why": (explain(conn, [run_id]) | stale(conn, [run_id])).get(run_id),
         "audit": audit_of_run(conn, run_id),
     }
 

@@ -11,7 +11,7 @@ FROM ended e
 LEFT JOIN LATERAL (
     SELECT s.id, s.task, s.queue, s.state, s.group_key, s.priority, s.attempt,
            s.max_attempts, s.error, s.parent_id, s.run_at, s.created_at, s.started_at,
-           s.finished_at
+           s.finished_at, s.cancel_reason
     FROM scanned s
     WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR s.task = %(task)s::text)

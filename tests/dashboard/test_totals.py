@@ -96,7 +96,11 @@ def test_failures_are_grouped_by_task_and_error_class(
 
 
 def test_totals_and_failures_read_indexes(big: psycopg.Connection[Any]) -> None:  # noqa: F811
+    """And the other new statements of the overview, the run page and the lists."""
     assert_reads(big, _sql.query("dashboard_totals"), {}, "runs_finished_idx")
+    assert_reads(big, _sql.query("dashboard_stale"), {"ids": [1, 2]}, "runs_pkey")
+    assert_reads(big, _sql.query("audit_run"), {"id": 1}, "audit_run_idx")
+    assert_reads(big, _sql.query("dashboard_pickers"), {})
     assert_reads(
         big, _sql.query("dashboard_failures"), {"scan": 20_000, "limit": 100}, "runs_failed_idx"
     )
