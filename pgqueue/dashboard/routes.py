@@ -3,7 +3,9 @@ takes the Dashboard, the Request and the path's match, and returns a Response.""
 
 from __future__ import annotations
 
+import math
 import re
+import time
 import urllib.parse
 from typing import Any
 
@@ -30,21 +32,49 @@ from pgqueue.states import RunState
 # -- pages and endpoints ---------------------------------------------------------------
 
 
+# An idle tab's live refresh may cost the database this many seconds a minute: a page's
+# script waits refresh_after(what reading its live part took) between two fetches.
+REFRESH_BUDGET = 0.2
+LEAST_REFRESH = {"overview": 2, "run": 2, "queue": 5}
+MOST_REFRESH = 300
+
+
+def refresh_after(seconds: float, page: str) -> int:
+    """Seconds between two refreshes of a live part that took `seconds` to read (the
+    time spent waiting for the database and more: the budget holds with room to spare)."""
+    wanted = math.ceil(seconds * 60 / REFRESH_BUDGET)
+    return max(LEAST_REFRESH[page], min(MOST_REFRESH, wanted))
+
+
+def live(
+    d: Dashboard, req: Request, template: str, page: str, context: dict[str, Any], took: float
+) -> Response:
+    """A page with a live part, or (under /parts/) the part alone, with X-Refresh-After."""
+    refresh = refresh_after(took, page)
+    resp = d.page(req, template, {**context, "refresh": refresh})
+    resp.headers.append(("x-refresh-after", str(refresh)))
+    return resp
+
+
 @route("GET", "/")
 def overview_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
-    return d.page(req, "overview.html", overview_context(d))
+    context, took = overview_context(d)
+    return live(d, req, "overview.html", "overview", context, took)
 
 
 @route("GET", "/parts/overview")
 def overview_part(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
-    """The live part of the overview, which the page's script fetches every 2 s."""
-    return d.page(req, "overview_part.html", overview_context(d))
+    """The live part of the overview, which the page's script fetches again and again."""
+    context, took = overview_context(d)
+    return live(d, req, "overview_part.html", "overview", context, took)
 
 
-def overview_context(d: Dashboard) -> dict[str, Any]:
+def overview_context(d: Dashboard) -> tuple[dict[str, Any], float]:
     with d.db() as conn:
+        start = time.monotonic()  # the database's part, not the pool's connecting
         view = data.overview(conn)
-    return {**view, "charts": charts.overview(view["throughput"], view["now"])}
+        took = time.monotonic() - start
+    return {**view, "charts": charts.overview(view["throughput"], view["now"])}, took
 
 
 @route("GET", "/api/queues")
@@ -120,13 +150,24 @@ def runs_count_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 
 @route("GET", r"/runs/(\d{1,18})")
 def run_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    context, took = run_context(d, int(m[1]))
+    return live(d, req, "run.html", "run", context, took)
+
+
+@route("GET", r"/parts/runs/(\d{1,18})")
+def run_part(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """The live part of a run's page (progress, why, lease, steps, attempts)."""
+    context, took = run_context(d, int(m[1]))
+    return live(d, req, "run_part.html", "run", context, took)
+
+
+def run_context(d: Dashboard, run_id: int) -> tuple[dict[str, Any], float]:
     with d.db() as conn:
-        run = data.get_run(conn, int(m[1]))
-    return d.page(
-        req,
-        "run.html",
-        {"run": run, "timeline": charts.timeline(run["steps"]), "tree": tree(run)},
-    )
+        start = time.monotonic()
+        run = data.get_run(conn, run_id)
+        took = time.monotonic() - start
+    context = {"run": run, "timeline": charts.timeline(run["steps"]), "tree": tree(run)}
+    return context, took
 
 
 @route("GET", r"/api/runs/(\d{1,18})")
@@ -291,8 +332,20 @@ def confirm_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 @route("GET", "/queues/([^/]{1,512})")
 def queue_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     with d.db() as conn:
+        start = time.monotonic()
         queue = data.get_queue(conn, name_of(m[1]))
-    return d.page(req, "queue.html", {"q": queue})
+        took = time.monotonic() - start
+    return live(d, req, "queue.html", "queue", {"q": queue}, took)
+
+
+@route("GET", "/parts/queues/([^/]{1,512})")
+def queue_part(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """The live part of a queue's page (figures, groups, workers)."""
+    with d.db() as conn:
+        start = time.monotonic()
+        queue = data.get_queue(conn, name_of(m[1]))
+        took = time.monotonic() - start
+    return live(d, req, "queue_part.html", "queue", {"q": queue}, took)
 
 
 @route("GET", "/api/queues/([^/]{1,512})")
