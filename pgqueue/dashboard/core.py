@@ -45,6 +45,7 @@ from pgqueue.app import App
 from pgqueue.dashboard import data
 from pgqueue.dashboard.formats import ago, clock, duration, json_default, number, pretty, quote
 from pgqueue.db import connect as db
+from pgqueue.enqueue.by_name import event_params
 from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
 from pgqueue.ops.inspect import wait_text
 from pgqueue.states import STATES
@@ -168,6 +169,15 @@ class Dashboard:
             urlencode=quote,
             waited=wait_text,
         )
+
+    def event_params(self, event: str, key: str | None, payload_json: str) -> dict[str, Any]:
+        """emit_event.sql's parameters for an event typed into a page (the payload as
+        JSON text), checked as App.emit_event checks them (names, size, depth)."""
+        try:
+            payload = json.loads(payload_json) if payload_json.strip() else None
+        except ValueError:
+            raise Problem(400, "the payload is not JSON") from None
+        return event_params(self.app, event, key or None, payload, None)
 
     def task_names(self) -> list[str]:
         """The tasks of the App's registry (none for a dashboard made from a DSN)."""
@@ -488,6 +498,14 @@ def confirmed(req: Request) -> bool:
     """A script's request, or a form post from a confirmation page (docs/dashboard.md:
     every action a browser sends asks first, with or without JavaScript)."""
     return not is_form(req) or form(req).get("confirmed") == "yes"
+
+
+def form_list(req: Request, name: str) -> list[str]:
+    """Every value of a repeated form field (checkboxes), and of comma-separated ones."""
+    if not is_form(req):
+        return []
+    pairs = urllib.parse.parse_qsl(req.body.decode("utf-8", "replace"))
+    return [part for k, v in pairs if k == name for part in v.split(",") if part]
 
 
 def form(req: Request) -> dict[str, str]:

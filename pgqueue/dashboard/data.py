@@ -15,11 +15,13 @@ from psycopg.types.json import Jsonb
 
 from pgqueue.dashboard import why
 from pgqueue.db import sql as _sql
+from pgqueue.enqueue import by_name as _by_name
 from pgqueue.errors import RunNotFound, UserError
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import operator as _operator
 from pgqueue.schedules import schedule as _schedules
 from pgqueue.states import FINISHED_STATES, STATES, RunState
+from pgqueue.tasks import registry as _registry
 
 PAGE_SIZE = 50
 # A page of runs reads at most this many runs after its cursor, whatever its filters
@@ -541,6 +543,53 @@ def list_audit(
             _sql.query("audit_list"), {"before_id": id_cursor(cursor, MAX_ID), "limit": limit}
         ).fetchall()
     return {"actions": rows, "next": str(rows[-1]["id"]) if len(rows) == limit else None}
+
+
+def run_state_or_none(conn: psycopg.Connection[Any], run_id: int) -> str | None:
+    try:
+        return run_state(conn, run_id)
+    except RunNotFound:
+        return None
+
+
+def emit_event(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
+    """Emit an event with emit_event.sql's checked parameters (Dashboard.event_params)."""
+    return _by_name.emit_event(conn, params)
+
+
+def run_now(conn: psycopg.Connection[Any], run_id: int) -> bool:
+    """Queue a scheduled run now; False if it is not scheduled."""
+    row = conn.execute(_sql.query("run_now"), {"id": run_id}).fetchone()
+    return bool(row and row[0])
+
+
+def delete_runs(conn: psycopg.Connection[Any], ids: list[int]) -> list[int]:
+    """Delete these runs if finished (not a child whose parent is not); the ids deleted."""
+    rows = conn.execute(_sql.query("delete_runs"), {"ids": ids}).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def set_queue_limits(conn: psycopg.Connection[Any], queue: str, values: dict[str, str]) -> None:
+    """Store a queue's limits from the queue page's form (empty: no limit), checked as
+    `pgqueue queues set` checks them."""
+
+    def count(name: str) -> int | None:
+        text = values.get(name, "").strip()
+        if not text:
+            return None
+        if not text.isdigit() or len(text) > 9:
+            raise BadRequest(f"{name} must be a whole number, or empty for no limit")
+        return int(text)
+
+    concurrency, group_concurrency = count("concurrency"), count("group_concurrency")
+    rate = values.get("rate_limit", "").strip() or None
+    group_rate = values.get("group_rate_limit", "").strip() or None
+    ordered = values.get("ordered") in ("on", "true", "yes", "1")
+    try:
+        _registry.check_limits(queue, concurrency, group_concurrency, rate, group_rate, ordered)
+    except (ValueError, UserError) as exc:
+        raise BadRequest(str(exc)) from None
+    _operator.set_limits(conn, queue, concurrency, group_concurrency, rate, group_rate, ordered)
 
 
 def set_queue_paused(conn: psycopg.Connection[Any], queue: str, paused: bool) -> None:

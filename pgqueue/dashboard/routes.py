@@ -3,6 +3,7 @@ takes the Dashboard, the Request and the path's match, and returns a Response.""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -17,6 +18,7 @@ from pgqueue.dashboard.core import (
     Response,
     confirmed,
     form,
+    form_list,
     int_param,
     is_form,
     json_response,
@@ -221,6 +223,110 @@ def run_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     return d.acted(req, {"id": run_id, key: done})
 
 
+MAX_SELECTED = 500
+SELECTED_ACTIONS = {
+    "cancel": "Cancel",
+    "retry": "Retry",
+    "run_now": "Run now",
+    "delete": "Delete",
+}
+
+
+@route("POST", r"/api/runs/(\d{1,18})/(run_now|delete)")
+def run_more_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """Run a scheduled run now; delete a finished run. Each asks first and is recorded."""
+    run_id, action = int(m[1]), m[2]
+    reason = action_reason(req)
+    with d.db() as conn:
+        state = data.run_state(conn, run_id)
+        if not confirmed(req):
+            what = {
+                "run_now": f"Queue run {run_id} now, instead of at its due time?",
+                "delete": f"Delete run {run_id}, its steps and its errors? It cannot come back.",
+            }[action]
+            label = SELECTED_ACTIONS[action]
+            return ask(
+                d,
+                req,
+                title=f"{label}: run {run_id} (now {state})",
+                lines=[what],
+                action_url=f"/api/runs/{run_id}/{action}",
+                button=f"{label}: run {run_id}",
+                danger=action == "delete",
+            )
+        if action == "run_now":
+            done = data.run_now(conn, run_id)
+        else:
+            done = data.delete_runs(conn, [run_id]) == [run_id]
+        if done:
+            data.record(conn, req.actor, action, run_id=run_id, count=1, reason=reason)
+    return d.acted(req, {"id": run_id, action: done})
+
+
+@route("POST", "/api/runs/selected")
+def selected_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """One action on the runs selected in a list (form: `ids` repeated or comma-separated,
+    `action`; JSON: {"ids": [...], "action": ...}): each run as its own action would, runs
+    it does not apply to left alone (a retry leaves succeeded runs: retry those one by
+    one). Asks first, with how many; recorded as one entry."""
+    if is_form(req):
+        texts, action = form_list(req, "ids"), form(req).get("action", "")
+    else:
+        body = request_json(req)
+        texts, action = [str(i) for i in body.get("ids") or []], body.get("action", "")
+    if action not in SELECTED_ACTIONS:
+        raise Problem(400, f"action must be one of {', '.join(SELECTED_ACTIONS)}")
+    if not texts or not all(t.isascii() and t.isdigit() and len(t) <= 18 for t in texts):
+        raise Problem(400, "select at least one run (ids: run ids)")
+    ids = sorted({int(t) for t in texts})
+    if len(ids) > MAX_SELECTED:
+        raise Problem(400, f"at most {MAX_SELECTED} runs at a time")
+    reason = action_reason(req)
+    label = SELECTED_ACTIONS[action]
+    if not confirmed(req):
+        fields = {"action": action, "ids": ",".join(map(str, ids))}
+        fields["next"] = local_url(form(req).get("next", ""), req.root)
+        noun = "run" if len(ids) == 1 else "runs"
+        lines = [
+            f"{label}: {len(ids)} selected {noun} ({', '.join(map(str, ids[:20]))}"
+            f"{', ...' if len(ids) > 20 else ''})?"
+        ]
+        if action == "retry":
+            lines.append("Succeeded runs among them are left alone: retry those one by one.")
+        return ask(
+            d,
+            req,
+            title=f"{label}: {len(ids)} {noun}",
+            lines=lines,
+            action_url="/api/runs/selected",
+            button=f"{label}: {len(ids)} {noun}",
+            danger=action in ("cancel", "delete"),
+            count=len(ids),
+            fields=fields,
+        )
+    with d.db() as conn:
+        if action == "delete":
+            changed = len(data.delete_runs(conn, ids))
+        else:
+            changed = 0
+            for run_id in ids:
+                if action == "cancel":
+                    changed += data.cancel(conn, run_id, reason)
+                elif action == "run_now":
+                    changed += data.run_now(conn, run_id)
+                elif data.run_state_or_none(conn, run_id) in ("failed", "canceled"):
+                    changed += data.retry(conn, run_id)
+        data.record(
+            conn,
+            req.actor,
+            f"selected_{action}",
+            target={"ids": ids[:MAX_SELECTED]},
+            count=changed,
+            reason=reason,
+        )
+    return d.acted(req, {"action": action, "count": changed})
+
+
 def ask(
     d: Dashboard,
     req: Request,
@@ -390,6 +496,87 @@ def failures_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
 def failures_api(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     with d.db() as conn:
         return json_response(data.failures(conn))
+
+
+@route("POST", "/api/queues/([^/]{1,512})/limits")
+def queue_limits_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """Change a queue's limits (the queue page's form; JSON: the same names as strings):
+    as `pgqueue queues set`, empty means no limit; workers apply it at their next claim."""
+    name = name_of(m[1])
+    names = ("concurrency", "group_concurrency", "rate_limit", "group_rate_limit", "ordered")
+    if is_form(req):
+        values = {k: v for k, v in form(req).items() if k in names}
+    else:
+        body = request_json(req)
+        values = {k: "" if body.get(k) is None else str(body[k]) for k in names}
+    if not confirmed(req):
+        shown = ", ".join(f"{k} {v or 'none'}" for k, v in values.items() if k != "ordered")
+        ordered = " ordered groups" if values.get("ordered") else ""
+        return ask(
+            d,
+            req,
+            title=f"Change the limits of queue {name}",
+            lines=[f"Set {shown}{ordered} for queue {name}? Workers apply it at once."],
+            action_url=f"/api/queues/{quote(name)}/limits",
+            button=f"Change queue {name}",
+            danger=False,
+        )
+    reason = action_reason(req)
+    with d.db() as conn:
+        data.set_queue_limits(conn, name, values)
+        data.record(
+            conn, req.actor, "limits", target={"queue": name, **values}, count=1, reason=reason
+        )
+    return d.acted(req, {"queue": name, "limits": values})
+
+
+@route("POST", "/api/events")
+def emit_event_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
+    """Emit an event (name, key, JSON payload) as app.emit_event does: wakes every
+    workflow waiting for it. Asks first; recorded (with the run whose page sent it)."""
+    if is_form(req):
+        values = form(req)
+        event, key, payload = (
+            values.get("event", ""),
+            values.get("key", ""),
+            values.get("payload", ""),
+        )
+        run_text = values.get("run_id", "")
+    else:
+        body = request_json(req)
+        event, key = str(body.get("event") or ""), str(body.get("key") or "")
+        payload = json.dumps(body.get("payload"))
+        run_text = str(body.get("run_id") or "")
+    run_id = (
+        int(run_text) if run_text.isascii() and run_text.isdigit() and len(run_text) <= 18 else None
+    )
+    params = d.event_params(event, key, payload)
+    if not confirmed(req):
+        return ask(
+            d,
+            req,
+            title=f"Emit event {event}",
+            lines=[
+                f"Emit event {event}{' key ' + key if key else ''} with payload "
+                f"{payload.strip() or 'null'}? Every workflow waiting for it wakes."
+            ],
+            action_url="/api/events",
+            button=f"Emit {event}",
+            danger=False,
+        )
+    reason = action_reason(req)
+    with d.db() as conn:
+        event_id = data.emit_event(conn, params)
+        data.record(
+            conn,
+            req.actor,
+            "emit_event",
+            run_id=run_id,
+            target={"event": event, "key": key or None},
+            count=1,
+            reason=reason,
+        )
+    return d.acted(req, {"event": event, "key": key or None, "id": event_id})
 
 
 @route("GET", "/workers")
