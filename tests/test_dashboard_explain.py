@@ -82,7 +82,15 @@ def assert_reads(
     assert not missing, (missing, indexes)
 
 
-FILTERS = {"queue": None, "task": None, "group": None, "q": None, "limit": 50, "scan": 2000}
+FILTERS = {
+    "queue": None,
+    "task": None,
+    "group": None,
+    "q": None,
+    "arg": None,
+    "limit": 50,
+    "scan": 2000,
+}
 START = {"before_id": 2**63 - 1, "before_at": data.END}
 
 

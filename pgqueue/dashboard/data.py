@@ -4,6 +4,7 @@ serve them as they are; the pages render them)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, LiteralString
@@ -46,6 +47,7 @@ class RunFilter:
     task: str | None = None
     group: str | None = None
     q: str | None = None
+    arg: str | None = None  # JSON: a value the runs' arguments contain
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RunFilter:
@@ -62,10 +64,25 @@ class RunFilter:
         state = text("state")
         if state is not None and state not in STATES:
             raise BadRequest(f"unknown state {state!r}: one of {', '.join(STATES)}")
-        return cls(state, text("queue"), text("task"), text("group"), text("q"))
+        arg = text("arg")
+        if arg is not None:
+            try:
+                json.loads(arg)
+            except ValueError:
+                raise BadRequest(
+                    'filter "arg" must be JSON: {"user_id": 42} (a keyword argument), '
+                    '[42] or 42 (a positional one), "text"'
+                ) from None
+        return cls(state, text("queue"), text("task"), text("group"), text("q"), arg)
 
     def params(self) -> dict[str, Any]:
-        return {"queue": self.queue, "task": self.task, "group": self.group, "q": self.q}
+        return {
+            "queue": self.queue,
+            "task": self.task,
+            "group": self.group,
+            "q": self.q,
+            "arg": self.arg,
+        }
 
     def to_json(self) -> dict[str, str]:
         fields = {"state": self.state, **self.params()}
@@ -416,7 +433,7 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
     (a state, with a queue, or for finished runs a task); otherwise the planner's
     estimate, labelled as one. None for a text search (`q`), which no index answers."""
-    if filt.q is not None:
+    if filt.q is not None or filt.arg is not None:
         return None
     states = (filt.state,) if filt.state is not None else STATES
     params = {"queue": filt.queue, "task": filt.task, "group": filt.group}
@@ -461,8 +478,8 @@ def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
     """The dashboard's filter as a bulk action's (pgqueue.ops.bulk, shared with the CLI and
     App.cancel_where/retry_where). An empty filter means every run the action can reach,
     as the page's form says before it acts."""
-    if filt.q is not None:
-        raise BadRequest("a bulk action takes state, queue, task and group filters, not q")
+    if filt.q is not None or filt.arg is not None:
+        raise BadRequest("a bulk action takes state, queue, task and group filters, not q or arg")
     try:
         bulk = _bulk.Filter.of(
             state=filt.state, queue=filt.queue, task=filt.task, group=filt.group, all_runs=True

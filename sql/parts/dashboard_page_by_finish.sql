@@ -20,6 +20,9 @@ LEFT JOIN LATERAL (
       AND s.state IN ({states})
       AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
       AND (%(group)s::text IS NULL OR s.group_key = %(group)s::text)
+      AND (%(arg)s::jsonb IS NULL OR s.kwargs @> %(arg)s::jsonb OR s.args @> %(arg)s::jsonb
+           OR (jsonb_typeof(%(arg)s::jsonb) NOT IN ('object', 'array')
+               AND s.args @> jsonb_build_array(%(arg)s::jsonb)))
       AND (%(q)s::text IS NULL OR s.id::text = %(q)s::text
            OR strpos(lower(s.task), lower(%(q)s::text)) > 0
            OR strpos(lower(s.group_key), lower(%(q)s::text)) > 0

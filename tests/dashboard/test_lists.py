@@ -149,3 +149,25 @@ def test_pickers_offer_queues_and_tasks(web: TestClient, deep: psycopg.Connectio
     page = web.get("/runs").text
     assert '<datalist id="queues">' in page and '<option value="rare">' in page
     assert '<datalist id="tasks">' in page and '<option value="old">' in page
+
+
+def test_search_by_argument_values(web: TestClient, conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, args, kwargs) VALUES "
+        '(\'pay\', \'[7, "eur"]\', \'{"user_id": 42, "plan": "pro"}\'), '
+        "('pay', '[8, \"usd\"]', '{\"user_id\": 43}'), "
+        "('pay', '[]', '{\"user_id\": 42}')"
+    )
+
+    def found(arg: str, state: str = "queued") -> int:
+        resp = web.get("/api/runs", params={"arg": arg, "state": state})
+        assert resp.status_code == 200, resp.text
+        return len(resp.json()["runs"])
+
+    assert found('{"user_id": 42}') == 2
+    assert found('{"user_id": 42, "plan": "pro"}') == 1
+    assert found("7") == 1 and found('"usd"') == 1 and found("[8]") == 1
+    assert found("9") == 0
+    assert web.get("/api/runs", params={"arg": "{nope"}).status_code == 400
+    page = web.get("/runs", params={"arg": '{"user_id": 43}'}).text
+    assert page.count("<tr data-run=") == 1
