@@ -261,7 +261,19 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
         return {}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_sql.query("dashboard_why"), {"ids": ids}).fetchall()
+    for row in rows:
+        if row["ahead"] is not None and row["ahead"] >= why.AHEAD_EXACT:
+            row["ahead_estimate"] = max(why.AHEAD_EXACT, ahead_estimate(conn, row))
     return {row["id"]: why.reasons(row) for row in rows}
+
+
+def ahead_estimate(conn: psycopg.Connection[Any], run: dict[str, Any]) -> int:
+    """The planner's estimate of the queued runs ahead of `run` in its queue."""
+    params = {"queue": run["queue"], "priority": run["priority"], "id": run["id"]}
+    cur = conn.execute(_sql.query("dashboard_ahead_estimate"), params, prepare=False)
+    plan = cur.fetchone()
+    assert plan is not None
+    return int(plan[0][0]["Plan"]["Plan Rows"])
 
 
 def stale(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str]]:

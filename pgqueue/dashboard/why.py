@@ -20,6 +20,7 @@ from pgqueue.runs.terminal import seconds_text
 from pgqueue.states import RunState
 from pgqueue.tasks.rates import PERIOD_WORDS, Rate
 
+AHEAD_EXACT = 1000  # runs ahead counted exactly (dashboard_why.sql); beyond: an estimate
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999
 
@@ -78,9 +79,17 @@ def reasons(f: dict[str, Any]) -> list[str]:
     limited = concurrency is not None or group_limit is not None or f["ordered"]
     limited = limited or f["group_rate_limit"] is not None
     if not limited and f["ahead"]:
-        ahead = "1,000+" if f["ahead"] >= 1000 else f"{f['ahead']:,}"
+        estimate = f.get("ahead_estimate")
+        if f["ahead"] < AHEAD_EXACT:
+            ahead = f"{f['ahead']:,}"
+        elif estimate is not None:
+            ahead = f"about {estimate:,}"
+        else:
+            ahead = f"{AHEAD_EXACT:,}+"
         noun = "run" if f["ahead"] == 1 else "runs"
         text = f"{ahead} {noun} ahead of it in queue {queue}"
+        if estimate is not None:
+            text += " (the planner's estimate)"
         if f["rate_limit"] is not None:
             text += rated_start(f)
         out.append(text)
@@ -140,9 +149,10 @@ def rated_start(f: dict[str, Any]) -> str:
     rate = Rate(f["rate_limit"], int(f["rate_period"]))
     now: datetime = f["now"]
     opens = f["rate_open_at"] if f["rate_open_at"] and f["rate_open_at"] > now else now
-    periods = f["ahead"] // rate.limit
+    estimated = f.get("ahead_estimate")
+    periods = (estimated or f["ahead"]) // rate.limit
     start = opens + timedelta(seconds=periods * rate.period)
-    bound = "not before" if f["ahead"] >= 1000 else "at"
+    bound = "not before" if f["ahead"] >= AHEAD_EXACT and estimated is None else "at"
     return f": at {rate}, its start comes {bound} about {clock(start, now)}"
 
 

@@ -99,3 +99,23 @@ def test_lists_show_cancel_reasons(web: TestClient, conn: psycopg.Connection[Any
     assert web.get("/api/runs?state=canceled").json()["runs"][0]["cancel_reason"] == (
         "customer asked"
     )
+
+
+def test_a_run_deep_in_the_backlog_gets_an_estimated_position(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """Exact up to 1,000 runs ahead, then the planner's estimate, said to be one (it was
+    "1,000+" for every run beyond)."""
+    live_worker(conn, ["deep"])
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue) SELECT 't', 'deep' FROM generate_series(1, 5000);"
+        "ANALYZE pgqueue.runs"
+    )
+    ids = [r[0] for r in conn.execute("SELECT id FROM pgqueue.runs ORDER BY id").fetchall()]
+    assert why(web, ids[10]) == ["10 runs ahead of it in queue deep"]
+    (deep,) = why(web, ids[4000])
+    found = re.fullmatch(
+        r"about ([\d,]+) runs ahead of it in queue deep \(the planner's estimate\)", deep
+    )
+    assert found, deep
+    assert 3000 <= int(found[1].replace(",", "")) <= 5000
