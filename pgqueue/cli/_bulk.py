@@ -11,6 +11,7 @@ import click
 
 from pgqueue.app import App
 from pgqueue.cli._common import fail
+from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import retention
 from pgqueue.states import STATES
@@ -98,5 +99,8 @@ def run(
             sys.exit(1)
     with app.connection() as conn:
         changed = _bulk.act(conn, action, filt, batch_size=batch_size, reason=reason)
+        _audit.record(
+            conn, _audit.CLI, f"bulk_{action}", target=filt.to_json(), count=changed, reason=reason
+        )
     done = "canceled" if action == "cancel" else "queued again"
     click.echo(f"{changed} runs {done}")

@@ -12,12 +12,12 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from pgqueue.dashboard import why
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue import by_name as _by_name
 from pgqueue.errors import RunNotFound, UserError
+from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import operator as _operator
 from pgqueue.schedules import schedule as _schedules
@@ -545,17 +545,7 @@ def record(
     reason: str | None = None,
 ) -> None:
     """Add an operator's action to pgqueue.audit."""
-    conn.execute(
-        _sql.query("audit_add"),
-        {
-            "actor": actor,
-            "action": action,
-            "run_id": run_id,
-            "target": Jsonb(target or {}),
-            "count": count,
-            "reason": reason,
-        },
-    )
+    _audit.record(conn, actor, action, run_id=run_id, target=target, count=count, reason=reason)
 
 
 def audit_of_run(conn: psycopg.Connection[Any], run_id: int) -> list[dict[str, Any]]:
