@@ -264,6 +264,12 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
     for row in rows:
         if row["ahead"] is not None and row["ahead"] >= why.AHEAD_EXACT:
             row["ahead_estimate"] = max(why.AHEAD_EXACT, ahead_estimate(conn, row))
+    grouped = [r["id"] for r in rows if why.group_limited(r) and r["state"] == RunState.QUEUED]
+    if grouped:
+        found = conn.execute(_sql.query("dashboard_group_ahead"), {"ids": grouped}).fetchall()
+        ahead = dict(found)
+        for row in rows:
+            row["group_ahead"] = ahead.get(row["id"])
     return {row["id"]: why.reasons(row) for row in rows}
 
 

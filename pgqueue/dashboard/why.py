@@ -93,6 +93,14 @@ def reasons(f: dict[str, Any]) -> list[str]:
         if f["rate_limit"] is not None:
             text += rated_start(f)
         out.append(text)
+    group_ahead = f.get("group_ahead")
+    if group_ahead:
+        count = f"{AHEAD_EXACT:,}+" if group_ahead > AHEAD_EXACT else f"{group_ahead:,}"
+        noun = "run" if group_ahead == 1 else "runs"
+        out.append(
+            f"{count} {noun} of group {f['group_key'] or '(default)'} ahead of it "
+            f"(queue {queue} takes its groups' runs in turns, each group's in order)"
+        )
     if not out:
         out.append("next in line: a worker claims it at its next claim")
     return out
@@ -140,6 +148,12 @@ def flow_reasons(f: dict[str, Any]) -> list[str]:
     if first is not None and first < f["id"]:
         out.append(f"ordered group {group}: waits for run {first} to finish")
     return out
+
+
+def group_limited(f: dict[str, Any]) -> bool:
+    """A queue whose claims take turns across groups (claim_limited)."""
+    limits = (f["concurrency"], f["group_concurrency"], f["group_rate_limit"])
+    return any(x is not None for x in limits) or bool(f["ordered"])
 
 
 def rated_start(f: dict[str, Any]) -> str:

@@ -101,6 +101,17 @@ def test_totals_and_failures_read_indexes(big: psycopg.Connection[Any]) -> None:
     assert_reads(big, _sql.query("dashboard_stale"), {"ids": [1, 2]}, "runs_pkey")
     assert_reads(big, _sql.query("audit_run"), {"id": 1}, "audit_run_idx")
     assert_reads(big, _sql.query("dashboard_pickers"), {})
+    crawl = big.execute(
+        "SELECT array_agg(id) FROM (SELECT id FROM pgqueue.runs WHERE state = 'queued' "
+        "AND queue = 'crawl' ORDER BY id DESC LIMIT 50) x"
+    ).fetchone()
+    assert crawl is not None
+    assert_reads(
+        big,
+        _sql.query("dashboard_group_ahead"),
+        {"ids": crawl[0]},
+        "runs_group_claim_idx",
+    )
     assert_reads(
         big, _sql.query("dashboard_failures"), {"scan": 20_000, "limit": 100}, "runs_failed_idx"
     )

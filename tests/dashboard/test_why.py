@@ -119,3 +119,17 @@ def test_a_run_deep_in_the_backlog_gets_an_estimated_position(
     )
     assert found, deep
     assert 3000 <= int(found[1].replace(",", "")) <= 5000
+
+
+def test_positions_in_a_limited_queue_are_within_the_group(
+    web: TestClient, app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    live_worker(conn, ["crawl"], concurrency=50)
+    app.set_limits("crawl", concurrency=None, group_concurrency=1)
+    ids = [enqueue(conn, queue="crawl", group_key=f"t{i % 2}", limited=True) for i in range(9)]
+    assert why(web, ids[0]) == ["next in line: a worker claims it at its next claim"]
+    assert why(web, ids[6]) == [
+        "3 runs of group t0 ahead of it (queue crawl takes its groups' runs in turns, each "
+        "group's in order)"
+    ]
+    assert "1 run of group t1 ahead" in why(web, ids[3])[0]
