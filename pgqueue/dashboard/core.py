@@ -122,6 +122,11 @@ class Problem(Exception):
         self.message = message
 
 
+# What a dashboard is made from: the user's App (its pool is used) or a DSN. This module
+# is the only one of the dashboard that knows pgqueue.App; the others take this alias,
+# a Dashboard, or a connection.
+AppOrDsn = App | str
+
 Handler = Callable[["Dashboard", Request, re.Match[str]], Response]
 ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
 
@@ -139,7 +144,7 @@ class Dashboard:
 
     def __init__(
         self,
-        app_or_dsn: App | str,
+        app_or_dsn: AppOrDsn,
         *,
         read_only: bool = False,
         token: str | None = None,

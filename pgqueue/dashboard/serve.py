@@ -19,11 +19,13 @@ import ipaddress
 import resource
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pgqueue.app import App
 from pgqueue.dashboard.hosts import Hosts
 from pgqueue.errors import UserError
+
+if TYPE_CHECKING:  # core needs the dashboard's extra, which run() checks first
+    from pgqueue.dashboard.core import AppOrDsn
 
 HEADER_TIMEOUT = 10.0
 MAX_WAITING = 1000  # connections without a request head, at most (see waiting_limit)
@@ -128,7 +130,7 @@ def guarded_protocol(header_timeout: float, waiting: int) -> type[asyncio.Protoc
 
 
 def run(
-    app: App,
+    app: AppOrDsn,
     *,
     host: str,
     port: int,
