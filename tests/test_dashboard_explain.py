@@ -88,6 +88,7 @@ FILTERS = {
     "group": None,
     "q": None,
     "arg": None,
+    "error_class": None,
     "limit": 50,
     "scan": 2000,
 }
@@ -146,7 +147,14 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
     assert_reads(conn, _sql.query("run_errors"), {"id": 1})
     assert_reads(conn, _sql.query("list_schedules"), {})
     assert_reads(conn, _sql.query("workers_live"), {})
-    filt = {"queue": "default", "task": None, "group": None, "older_than": None, "reason": None}
+    filt = {
+        "queue": "default",
+        "task": None,
+        "group": None,
+        "older_than": None,
+        "reason": None,
+        "error_class": None,
+    }
     batch = {
         "upto": 2**62,
         "upto_at": "2100-01-01T00:00:00Z",

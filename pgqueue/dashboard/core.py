@@ -526,7 +526,11 @@ def request_json(req: Request) -> dict[str, Any]:
         values = form(req)
         return {
             "action": values.get("action"),
-            "filter": {k: v for k, v in values.items() if k in ("state", "queue", "task", "group")},
+            "filter": {
+                k: v
+                for k, v in values.items()
+                if k in ("state", "queue", "task", "group", "error_class")
+            },
         }
     try:
         body = json.loads(req.body or b"{}")

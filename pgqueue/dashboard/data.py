@@ -48,6 +48,7 @@ class RunFilter:
     group: str | None = None
     q: str | None = None
     arg: str | None = None  # JSON: a value the runs' arguments contain
+    error_class: str | None = None  # the error's first line up to its colon (Failures page)
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RunFilter:
@@ -73,7 +74,9 @@ class RunFilter:
                     'filter "arg" must be JSON: {"user_id": 42} (a keyword argument), '
                     '[42] or 42 (a positional one), "text"'
                 ) from None
-        return cls(state, text("queue"), text("task"), text("group"), text("q"), arg)
+        return cls(
+            state, text("queue"), text("task"), text("group"), text("q"), arg, text("error_class")
+        )
 
     def params(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,7 @@ class RunFilter:
             "group": self.group,
             "q": self.q,
             "arg": self.arg,
+            "error_class": self.error_class,
         }
 
     def to_json(self) -> dict[str, str]:
@@ -451,7 +455,7 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
     (a state, with a queue, or for finished runs a task); otherwise the planner's
     estimate, labelled as one. None for a text search (`q`), which no index answers."""
-    if filt.q is not None or filt.arg is not None:
+    if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
     states = (filt.state,) if filt.state is not None else STATES
     params = {"queue": filt.queue, "task": filt.task, "group": filt.group}
@@ -500,7 +504,12 @@ def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
         raise BadRequest("a bulk action takes state, queue, task and group filters, not q or arg")
     try:
         bulk = _bulk.Filter.of(
-            state=filt.state, queue=filt.queue, task=filt.task, group=filt.group, all_runs=True
+            state=filt.state,
+            queue=filt.queue,
+            task=filt.task,
+            group=filt.group,
+            error_class=filt.error_class,
+            all_runs=True,
         )
         bulk.states_for(action)
     except _bulk.BulkError as exc:

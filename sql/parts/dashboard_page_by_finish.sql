@@ -20,6 +20,9 @@ LEFT JOIN LATERAL (
       AND s.state IN ({states})
       AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
       AND (%(group)s::text IS NULL OR s.group_key = %(group)s::text)
+      AND (%(error_class)s::text IS NULL
+           OR split_part(split_part(coalesce(s.error, ''), E'\n', 1), ':', 1)
+              = %(error_class)s::text)
       AND (%(arg)s::jsonb IS NULL OR s.kwargs @> %(arg)s::jsonb OR s.args @> %(arg)s::jsonb
            OR (jsonb_typeof(%(arg)s::jsonb) NOT IN ('object', 'array')
                AND s.args @> jsonb_build_array(%(arg)s::jsonb)))

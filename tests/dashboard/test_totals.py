@@ -92,7 +92,32 @@ def test_failures_are_grouped_by_task_and_error_class(
     ]
     assert groups[2]["first_seen"] <= groups[2]["last_seen"]
     page = web.get("/failures").text
-    assert "SMTPError" in page and "/confirm?action=retry&amp;state=failed&amp;task=send" in page
+    link = "/confirm?action=retry&amp;state=failed&amp;task=send&amp;error_class=SMTPError"
+    assert link in page
+    # a group's runs, listed and retried: exactly those of its task and error class
+    listed = web.get("/api/runs?state=failed&task=send&error_class=ValueError").json()["runs"]
+    assert len(listed) == 3
+    asked = web.get(link.replace("&amp;", "&"))
+    assert '<strong id="confirm-count">5</strong>' in asked.text
+    web.get("/")
+    done = web.post(
+        "/api/runs/bulk",
+        data={
+            "csrf": web.cookies["pgqueue_csrf"],
+            "action": "retry",
+            "state": "failed",
+            "task": "send",
+            "error_class": "SMTPError",
+            "confirmed": "yes",
+        },
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303
+    left = conn.execute(
+        "SELECT task, count(*) FROM pgqueue.runs WHERE state = 'failed' GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert left == [("fetch", 2), ("send", 3)]
 
 
 def test_totals_and_failures_read_indexes(big: psycopg.Connection[Any]) -> None:  # noqa: F811
