@@ -611,7 +611,7 @@ def set_queue_limits(conn: psycopg.Connection[Any], queue: str, values: dict[str
         text = values.get(name, "").strip()
         if not text:
             return None
-        if not text.isdigit() or len(text) > 9:
+        if not text.isascii() or not text.isdigit() or len(text) > 9:
             raise BadRequest(f"{name} must be a whole number, or empty for no limit")
         return int(text)
 

@@ -93,7 +93,8 @@ def run_filter(req: Request) -> data.RunFilter:
 def runs_page(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
     filt = run_filter(req)
     with d.db() as conn:
-        run_id = int(filt.q) if filt.q and filt.q.isdigit() and len(filt.q) <= 18 else None
+        digits = filt.q is not None and filt.q.isascii() and filt.q.isdigit()
+        run_id = int(filt.q) if filt.q and digits and len(filt.q) <= 18 else None
         if run_id is not None and data.exists(conn, run_id):  # an id, however old: its page
             return redirect(f"{req.root}/runs/{run_id}")
         page = data.list_runs(conn, filt, req.query.get("cursor"))
@@ -273,7 +274,10 @@ def selected_action(d: Dashboard, req: Request, m: re.Match[str]) -> Response:
         texts, action = form_list(req, "ids"), form(req).get("action", "")
     else:
         body = request_json(req)
-        texts, action = [str(i) for i in body.get("ids") or []], body.get("action", "")
+        given = body.get("ids") or []
+        if not isinstance(given, list):
+            raise Problem(400, 'expected {"action": ..., "ids": [run ids]}')
+        texts, action = [str(i) for i in given], body.get("action", "")
     if action not in SELECTED_ACTIONS:
         raise Problem(400, f"action must be one of {', '.join(SELECTED_ACTIONS)}")
     if not texts or not all(t.isascii() and t.isdigit() and len(t) <= 18 for t in texts):

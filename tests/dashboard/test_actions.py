@@ -52,6 +52,11 @@ def test_act_on_selected_runs(web: TestClient, conn: psycopg.Connection[Any]) ->
     assert conn.execute("SELECT count(*) FROM pgqueue.runs WHERE id = %s", (ok,)).fetchone() == (0,)
     bad = web.post("/api/runs/selected", json={"action": "drop", "ids": [a]}, headers=headers)
     assert bad.status_code == 400
+    bad = web.post("/api/runs/selected", json={"action": "cancel", "ids": 5}, headers=headers)
+    assert bad.status_code == 400
+    bad = web.post("/api/runs/selected", json={"action": "cancel", "ids": ["²"]}, headers=headers)
+    assert bad.status_code == 400
+    assert web.get("/runs", params={"q": "²"}).status_code == 200
     many = web.post(
         "/api/runs/selected", json={"action": "cancel", "ids": list(range(1, 600))}, headers=headers
     )
