@@ -106,12 +106,13 @@ def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(text).format(**{k: _literals(v) for k, v in states.items()})
 
 
-def runs_query(filt: RunFilter) -> tuple[sql.Composed, bool]:
+def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bool]:
     """The statement of a page of runs matching `filt`, and whether it pages by finish
     time (finished states) rather than by id. A state with a queue or a task reads an
     index keyed by them, so that every run it reads matches those: the page is exact at
-    any depth. Other filters (group, q, a task on unfinished runs) apply to the runs read,
-    at most SCAN a page."""
+    any depth; so does a group of queued runs in a queue whose runs are `flagged`
+    limited. Other filters (a group elsewhere, q, arg, a task on unfinished runs) apply to
+    the runs read, at most SCAN a page."""
     state = filt.state
     if state in FINISHED_STATES:
         if filt.task is not None:
@@ -123,6 +124,8 @@ def runs_query(filt: RunFilter) -> tuple[sql.Composed, bool]:
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
+        if filt.queue is not None and filt.group is not None and flagged:
+            return states_query("dashboard_runs_queued_group"), False
         if filt.queue is not None:
             return states_query("dashboard_runs_queued_queue"), False
         return states_query("dashboard_runs_queued"), False
@@ -200,7 +203,12 @@ def list_runs(
 ) -> dict[str, Any]:
     """A page of runs, newest first, and the cursor of the next page (None: no more).
     Queued, scheduled and waiting runs carry `why`: what keeps each from running."""
-    query, by_finish = runs_query(filt)
+    flagged = False
+    if filt.state == RunState.QUEUED and filt.queue is not None and filt.group is not None:
+        row = conn.execute(_sql.query("dashboard_queue_flagged"), {"queue": filt.queue})
+        found = row.fetchone()
+        flagged = bool(found and found[0])
+    query, by_finish = runs_query(filt, flagged)
     before_at, before_id = parse_cursor(cursor, by_finish)
     params = {**filt.params(), "limit": limit, "scan": SCAN, "before_id": before_id}
     if by_finish:

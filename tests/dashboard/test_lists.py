@@ -171,3 +171,28 @@ def test_search_by_argument_values(web: TestClient, conn: psycopg.Connection[Any
     assert web.get("/api/runs", params={"arg": "{nope"}).status_code == 400
     page = web.get("/runs", params={"arg": '{"user_id": 43}'}).text
     assert page.count("<tr data-run=") == 1
+
+
+def test_a_group_of_a_limited_queue_is_listed_from_its_index(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """The queued runs of one group, behind 20,000 of other groups of the same queue, come
+    at once, through runs_group_claim_idx."""
+    conn.execute(
+        "INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('crawl', 1);"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited, priority) "
+        "SELECT 't', 'crawl', 'g7', true, i % 2 FROM generate_series(1, 150) i;"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited, priority) "
+        "SELECT 't', 'crawl', 'g' || (i % 50 + 10), true, i % 2 FROM generate_series(1, 20000) i;"
+        "ANALYZE pgqueue.runs"
+    )
+    pages = all_pages(web, "state=queued&queue=crawl&group=g7")
+    runs = [r for p in pages for r in p]
+    assert len(runs) == 150 and {r["group_key"] for r in runs} == {"g7"}
+    assert [len(p) for p in pages[:-1]] == [100] * (len(pages) - 1)
+    filt = data.RunFilter(state="queued", queue="crawl", group="g7")
+    query, _ = data.runs_query(filt, flagged=True)
+    params = {**FILTERS, **START, **filt.params()}
+    assert_reads(conn, query, params, "runs_group_claim_idx")
+    read = rows_read(conn, query, params)
+    assert read["runs_group_claim_idx"] <= 150 + 10, read
