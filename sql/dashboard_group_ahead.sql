@@ -1,6 +1,6 @@
 -- For queued runs of limited queues among %(ids)s: how many queued runs of the same
 -- group come before each (priority, then id: the order claim_limited() takes a group's
--- runs in, its turns going round the groups), counted up to 1,001 through
+-- runs in, its turns going round the groups), counted up to 101 through
 -- runs_group_claim_idx (queue, priority, group_key, id).
 SELECT r.id,
        (SELECT count(*)
@@ -9,6 +9,6 @@ SELECT r.id,
                  WHERE a.state = 'queued' AND a.limited AND a.queue = r.queue
                    AND a.group_key = r.group_key
                    AND (a.priority < r.priority OR (a.priority = r.priority AND a.id < r.id))
-                 LIMIT 1001) x) AS group_ahead
+                 LIMIT 101) x) AS group_ahead
 FROM pgqueue.runs r
 WHERE r.id = ANY (%(ids)s::bigint[]) AND r.state = 'queued' AND r.limited

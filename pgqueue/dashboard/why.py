@@ -21,6 +21,7 @@ from pgqueue.states import RunState
 from pgqueue.tasks.rates import PERIOD_WORDS, Rate
 
 AHEAD_EXACT = 1000  # runs ahead counted exactly (dashboard_why.sql); beyond: an estimate
+GROUP_AHEAD_EXACT = 100  # runs of its group ahead of a run, counted (dashboard_group_ahead)
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999
 
@@ -95,7 +96,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
         out.append(text)
     group_ahead = f.get("group_ahead")
     if group_ahead:
-        count = f"{AHEAD_EXACT:,}+" if group_ahead > AHEAD_EXACT else f"{group_ahead:,}"
+        count = f"{GROUP_AHEAD_EXACT}+" if group_ahead > GROUP_AHEAD_EXACT else f"{group_ahead:,}"
         noun = "run" if group_ahead == 1 else "runs"
         out.append(
             f"{count} {noun} of group {f['group_key'] or '(default)'} ahead of it "

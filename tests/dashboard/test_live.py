@@ -37,8 +37,8 @@ def web(dsn: str) -> Iterator[TestClient]:
 
 def test_refresh_is_paced_by_what_a_part_costs() -> None:
     assert routes.refresh_after(0.001, "overview") == 2
-    assert routes.refresh_after(0.040, "overview") == 12  # 5 a minute: 0.2 s
-    assert routes.refresh_after(0.040, "queue") == 12
+    assert routes.refresh_after(0.040, "overview") == 15  # 4 a minute: 0.16 s
+    assert routes.refresh_after(0.040, "queue") == 15
     assert routes.refresh_after(0.001, "queue") == 5
     assert routes.refresh_after(10.0, "run") == routes.MOST_REFRESH
     for took in (0.001, 0.01, 0.05, 0.3):
