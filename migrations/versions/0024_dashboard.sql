@@ -24,7 +24,7 @@ GROUP BY queue, state;
 CREATE TABLE pgqueue.audit (
     id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at     timestamptz NOT NULL DEFAULT now(),
-    actor  text NOT NULL,   -- the Django user, "token", "upstream" (the host app's login) or "cli"
+    actor  text NOT NULL,   -- the Django user, "token", "anonymous" (no token) or "cli"
     action text NOT NULL,   -- cancel, retry, delete, run_now, bulk_cancel, pause, ...
     run_id bigint,          -- the run acted on (one run's actions)
     target jsonb NOT NULL DEFAULT '{}',  -- a bulk action's filter, a queue, a schedule
