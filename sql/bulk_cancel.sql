@@ -17,6 +17,9 @@ WITH batch AS (
       AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR r.task = %(task)s::text)
       AND (%(group)s::text IS NULL OR r.group_key = %(group)s::text)
+      AND (%(error_class)s::text IS NULL
+           OR split_part(split_part(coalesce(r.error, ''), E'\n', 1), ':', 1)
+              = %(error_class)s::text)
       AND (%(older_than)s::double precision IS NULL
            OR r.created_at < now() - %(older_than)s::double precision * interval '1 second')
     ORDER BY {order}

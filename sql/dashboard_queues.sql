@@ -1,10 +1,15 @@
 -- The dashboard's overview: pgqueue.queue_stats per queue (each live count reads the
 -- partial index of its state; "finished recently" reads runs_finished_idx), the live
--- workers that serve each queue, and the database's clock.
+-- workers that serve each queue, its running runs whose lease expired, and the
+-- database's clock.
 SELECT s.*,
        (SELECT count(*) FROM pgqueue.workers w
          WHERE s.queue = ANY (w.queues) AND w.heartbeat_at > now() - interval '60 seconds')
            AS live_workers,
+       -- running runs whose lease expired: their worker stopped renewing it (runs_lease_idx)
+       (SELECT count(*) FROM pgqueue.runs r
+         WHERE r.state = 'running' AND r.queue = s.queue AND r.lease_expires_at < now())
+           AS lease_expired,
        now() AS now
 FROM pgqueue.queue_stats s
 ORDER BY s.queue

@@ -5,7 +5,8 @@
 -- the next page starts there when fewer than %(limit)s runs matched.
 WITH scanned AS MATERIALIZED (
     SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key
+           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
+           cancel_reason, lease_expires_at, args, kwargs
     FROM pgqueue.runs
     WHERE state IN ({states}) AND id < %(before_id)s
     ORDER BY id DESC

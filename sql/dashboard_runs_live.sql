@@ -14,7 +14,8 @@ WITH ids AS MATERIALIZED (
 ),
 scanned AS MATERIALIZED (
     SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key
+           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
+           cancel_reason, lease_expires_at, args, kwargs
     FROM pgqueue.runs
     WHERE id = ANY (ARRAY(SELECT id FROM ids))
 ),

@@ -9,7 +9,8 @@
 -- takes its runs only once every earlier one is finished (runs_group_order_idx). How
 -- many runs are ahead of a queued one is its place among the first 1,001 of its queue
 -- (priority, then id: runs_claim_idx), read once per queue, whatever the number of runs
--- asked about; a run beyond them has 1,000 or more ahead.
+-- asked about; a run beyond them has 1,000 or more ahead (the dashboard then asks the
+-- planner for an estimate: dashboard_ahead_estimate.sql).
 -- Every count reads the partial index of its state, keyed by queue.
 WITH r AS (
     SELECT id, queue, state, group_key, priority, run_at, attempt, error, limited,
@@ -63,7 +64,7 @@ q AS (
     FROM (SELECT DISTINCT queue FROM r) n
     LEFT JOIN pgqueue.queues x ON x.name = n.queue
 )
-SELECT r.id, r.queue, r.state, r.group_key, r.run_at, r.attempt, r.error, r.wait_event,
+SELECT r.id, r.queue, r.state, r.group_key, r.priority, r.run_at, r.attempt, r.error, r.wait_event,
        r.wait_key, r.wait_run_id, q.paused, q.concurrency, q.group_concurrency,
        q.live_workers, q.slots, q.busy, q.permits_taken, q.permit_holders,
        g.taken AS group_taken, g.holders AS group_holders,

@@ -1,5 +1,6 @@
 -- Fold the runs that finished between pgqueue.tally_mark and a few seconds ago into
--- pgqueue.finished_tally (counts by queue and state) and pgqueue.latency_tally (pickup
+-- pgqueue.finished_tally (counts by queue and state), pgqueue.finished_totals (the
+-- all-time counts the dashboard shows) and pgqueue.latency_tally (pickup
 -- and duration histograms by queue: one pass, two grouping sets), and move the mark: one
 -- worker at a time (the others skip the locked mark), at most an hour of history per
 -- statement (a tally that fell behind catches up over several). `lag_seconds` leaves out
@@ -34,6 +35,13 @@ counted AS (
         SET n = t.n + excluded.n, picked = t.picked + excluded.picked,
             pickup_sum = t.pickup_sum + excluded.pickup_sum
     RETURNING 1
+),
+totaled AS (  -- the all-time totals per queue and state (pgqueue.finished_totals)
+    INSERT INTO pgqueue.finished_totals AS t (queue, state, n)
+    SELECT queue, state, count(*)
+    FROM finished
+    GROUP BY 1, 2
+    ON CONFLICT (queue, state) DO UPDATE SET n = t.n + excluded.n
 ),
 binned AS (  -- runs whether or not the statement reads it
     INSERT INTO pgqueue.latency_tally AS t (bucket, queue, kind, bin, n, seconds)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from pgqueue.cli._common import fail
+from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import retention
 from pgqueue.states import STATES
@@ -100,5 +101,8 @@ def run(
             sys.exit(1)
     with database.connection() as conn:
         changed = _bulk.act(conn, action, filt, batch_size=batch_size, reason=reason)
+        _audit.record(
+            conn, _audit.CLI, f"bulk_{action}", target=filt.to_json(), count=changed, reason=reason
+        )
     done = "canceled" if action == "cancel" else "queued again"
     click.echo(f"{changed} runs {done}")

@@ -11,13 +11,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pgqueue.dashboard import routes as _routes  # noqa: F401  (registers the pages)
-from pgqueue.dashboard.core import Dashboard
+from pgqueue.dashboard.core import AppOrDsn, Dashboard
 from pgqueue.errors import ConfigError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
-
-    from pgqueue.dashboard.core import AppOrDsn
 
 __all__ = ["Dashboard", "asgi"]
 

@@ -21,6 +21,7 @@ pgqueue_csrf cookie, which another origin can neither read nor set.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -33,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeAlias
 
 import jinja2
 import psycopg
@@ -45,12 +46,10 @@ from pgqueue.dashboard import data
 from pgqueue.dashboard.formats import ago, clock, duration, json_default, number, pretty, quote
 from pgqueue.db import connect as db
 from pgqueue.db.database import Database
+from pgqueue.enqueue.events import event_params
 from pgqueue.errors import ConfigError, NotMigrated, RunNotFound, UserError
 from pgqueue.ops.inspect import wait_text
 from pgqueue.states import STATES
-
-# What a dashboard shows: an App (its pool is used) or a DSN (an App of its own).
-AppOrDsn = App | str
 
 CSRF_COOKIE = "pgqueue_csrf"
 SESSION_COOKIE = "pgqueue_session"
@@ -82,6 +81,7 @@ class Request:
     # whether a browser's Origin header names this dashboard; None: it must equal `origin`
     # (Django's mount, whose Host Django checked against ALLOWED_HOSTS)
     origin_ok: Callable[[str], bool] | None = None
+    actor: str = ""  # who a POST acts as, for the audit log (set by Dashboard._handle)
 
     @property
     def secure(self) -> bool:
@@ -111,6 +111,7 @@ class Access:
 
     view: bool
     act: bool
+    user: str | None = None  # who acts, for the audit log (Django's user name)
 
 
 class Problem(Exception):
@@ -121,6 +122,11 @@ class Problem(Exception):
         self.status = status
         self.message = message
 
+
+# What a dashboard is made from: the user's App (its pool is used) or a DSN. This module
+# is the only one of the dashboard that knows pgqueue.App; the others take this alias,
+# a Dashboard, or a connection.
+AppOrDsn: TypeAlias = App | str
 
 Handler = Callable[["Dashboard", Request, re.Match[str]], Response]
 ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
@@ -139,7 +145,7 @@ class Dashboard:
 
     def __init__(
         self,
-        app_or_dsn: App | str,
+        app_or_dsn: AppOrDsn,
         *,
         read_only: bool = False,
         token: str | None = None,
@@ -151,6 +157,8 @@ class Dashboard:
             if isinstance(app_or_dsn, App)
             else Database(app_or_dsn, pool_size=8)
         )
+        # the tasks of the App's registry, for the pickers (none for a dashboard of a DSN)
+        self.tasks = sorted(app_or_dsn.tasks) if isinstance(app_or_dsn, App) else []
         self.read_only = read_only
         self.token = token or None
         self._key = (
@@ -174,6 +182,15 @@ class Dashboard:
             urlencode=quote,
             waited=wait_text,
         )
+
+    def event_params(self, event: str, key: str | None, payload_json: str) -> dict[str, Any]:
+        """emit_event.sql's parameters for an event typed into a page (the payload as
+        JSON text), checked as App.emit_event checks them (names, size, depth)."""
+        try:
+            payload = json.loads(payload_json) if payload_json.strip() else None
+        except ValueError:
+            raise Problem(400, "the payload is not JSON") from None
+        return event_params(self.database, event, key or None, payload, None)
 
     def close(self) -> None:
         """Close the pool opened for a DSN (an App passed in stays open)."""
@@ -230,6 +247,7 @@ class Dashboard:
                 continue
             if method == "POST":
                 self.check_post(req, access)
+                req = dataclasses.replace(req, actor=self.actor(req, access))
             return fn(self, req, m)
         if any(p.match(req.path) for _, p, _ in ROUTES):
             raise Problem(405, f"{req.method} is not allowed here")
@@ -260,6 +278,14 @@ class Dashboard:
             return Access(view=True, act=True)
         ok = self.bearer_ok(req) or self.session_ok(req.cookies.get(SESSION_COOKIE, ""))
         return Access(view=ok, act=ok)
+
+    def actor(self, req: Request, access: Access) -> str:
+        """Who the audit log says acted: the Django user, "token" (a session or a script
+        with the token), or "anonymous" (no token: a loopback dashboard, or a mount whose
+        application authenticated the request)."""
+        if access.user:
+            return access.user
+        return "token" if self.token else "anonymous"
 
     def bearer_ok(self, req: Request) -> bool:
         scheme, _, value = req.headers.get("authorization", "").partition(" ")
@@ -472,6 +498,25 @@ def local_url(url: str, root: str) -> str:
     return url
 
 
+def is_form(req: Request) -> bool:
+    """A browser's form post (rather than a script's JSON)."""
+    return req.headers.get("content-type", "").startswith("application/x-www-form-urlencoded")
+
+
+def confirmed(req: Request) -> bool:
+    """A script's request, or a form post from a confirmation page (docs/dashboard.md:
+    every action a browser sends asks first, with or without JavaScript)."""
+    return not is_form(req) or form(req).get("confirmed") == "yes"
+
+
+def form_list(req: Request, name: str) -> list[str]:
+    """Every value of a repeated form field (checkboxes), and of comma-separated ones."""
+    if not is_form(req):
+        return []
+    pairs = urllib.parse.parse_qsl(req.body.decode("utf-8", "replace"))
+    return [part for k, v in pairs if k == name for part in v.split(",") if part]
+
+
 def form(req: Request) -> dict[str, str]:
     if not req.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         return {}
@@ -485,7 +530,11 @@ def request_json(req: Request) -> dict[str, Any]:
         values = form(req)
         return {
             "action": values.get("action"),
-            "filter": {k: v for k, v in values.items() if k in ("state", "queue", "task", "group")},
+            "filter": {
+                k: v
+                for k, v in values.items()
+                if k in ("state", "queue", "task", "group", "error_class")
+            },
         }
     try:
         body = json.loads(req.body or b"{}")

@@ -4,6 +4,7 @@ serve them as they are; the pages render them)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, LiteralString
@@ -14,11 +15,14 @@ from psycopg.rows import dict_row
 
 from pgqueue.dashboard import why
 from pgqueue.db import sql as _sql
+from pgqueue.enqueue import events as _events
 from pgqueue.errors import RunNotFound, UserError
+from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import operator as _operator
 from pgqueue.schedules import schedule as _schedules
 from pgqueue.states import FINISHED_STATES, STATES, RunState
+from pgqueue.tasks import registry as _registry
 
 PAGE_SIZE = 50
 # A page of runs reads at most this many runs after its cursor, whatever its filters
@@ -43,6 +47,8 @@ class RunFilter:
     task: str | None = None
     group: str | None = None
     q: str | None = None
+    arg: str | None = None  # JSON: a value the runs' arguments contain
+    error_class: str | None = None  # the error's first line up to its colon (Failures page)
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RunFilter:
@@ -59,10 +65,28 @@ class RunFilter:
         state = text("state")
         if state is not None and state not in STATES:
             raise BadRequest(f"unknown state {state!r}: one of {', '.join(STATES)}")
-        return cls(state, text("queue"), text("task"), text("group"), text("q"))
+        arg = text("arg")
+        if arg is not None:
+            try:
+                json.loads(arg)
+            except ValueError:
+                raise BadRequest(
+                    'filter "arg" must be JSON: {"user_id": 42} (a keyword argument), '
+                    '[42] or 42 (a positional one), "text"'
+                ) from None
+        return cls(
+            state, text("queue"), text("task"), text("group"), text("q"), arg, text("error_class")
+        )
 
     def params(self) -> dict[str, Any]:
-        return {"queue": self.queue, "task": self.task, "group": self.group, "q": self.q}
+        return {
+            "queue": self.queue,
+            "task": self.task,
+            "group": self.group,
+            "q": self.q,
+            "arg": self.arg,
+            "error_class": self.error_class,
+        }
 
     def to_json(self) -> dict[str, str]:
         fields = {"state": self.state, **self.params()}
@@ -82,15 +106,32 @@ def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(text).format(**{k: _literals(v) for k, v in states.items()})
 
 
-def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
-    """The statement of a page of runs in `state` (None: every state), and whether it
-    pages by finish time (finished states) rather than by id."""
+def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bool]:
+    """The statement of a page of runs matching `filt`, and whether it pages by finish
+    time (finished states) rather than by id. A state with a queue or a task reads an
+    index keyed by them, so that every run it reads matches those: the page is exact at
+    any depth; so does a group of queued runs in a queue whose runs are `flagged`
+    limited. Other filters (a group elsewhere, q, arg, a task on unfinished runs) apply to
+    the runs read, at most SCAN a page."""
+    state = filt.state
     if state in FINISHED_STATES:
+        if filt.task is not None:
+            name = "dashboard_runs_by_finish_task"
+            return states_query(name, window=FINISHED_STATES, states=(state,)), True
+        if filt.queue is not None:
+            name = "dashboard_runs_by_finish_queue"
+            return states_query(name, window=FINISHED_STATES, states=(state,)), True
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
+        if filt.queue is not None and filt.group is not None and flagged:
+            return states_query("dashboard_runs_queued_group"), False
+        if filt.queue is not None:
+            return states_query("dashboard_runs_queued_queue"), False
         return states_query("dashboard_runs_queued"), False
     if state is not None:
+        if filt.queue is not None:
+            return states_query("dashboard_runs_live_queue", states=(state,)), False
         return states_query("dashboard_runs_live", states=(state,)), False
     return states_query("dashboard_runs_by_id", states=STATES), False
 
@@ -99,16 +140,62 @@ def runs_query(state: str | None) -> tuple[sql.Composed, bool]:
 
 
 def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """Every queue's counts, limits and recent figures, and the last hour per minute."""
+    """Every queue's counts, limits and recent figures, its all-time totals of finished
+    runs by state (`succeeded_total`...; `totals`: over every queue), and the last hour
+    per minute."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_sql.query("no_jit"))
         queues = cur.execute(_sql.query("dashboard_queues")).fetchall()
         minutes = cur.execute(_sql.query("dashboard_throughput")).fetchall()
         now = cur.execute("SELECT now() AS now").fetchone()
+        totals = cur.execute(_sql.query("dashboard_totals")).fetchall()
     assert now is not None
     for q in queues:
         q.pop("now", None)
-    return {"now": now["now"], "queues": queues, "throughput": minutes}
+        q["limits"] = limits_text(q)
+    by_queue: dict[str, dict[str, int]] = {}
+    for t in totals:
+        by_queue.setdefault(t["queue"], {})[t["state"]] = int(t["n"])
+    for q in queues:
+        for state in FINISHED_STATES:
+            q[f"{state.value}_total"] = by_queue.get(q["queue"], {}).get(state, 0)
+    everything = {
+        state.value: sum(n.get(state, 0) for n in by_queue.values()) for state in FINISHED_STATES
+    }
+    return {"now": now["now"], "queues": queues, "throughput": minutes, "totals": everything}
+
+
+def limits_text(q: dict[str, Any]) -> list[str]:
+    """A queue's limits in words, rate limits with their use (the overview's Limits)."""
+    out = []
+    if q["concurrency"]:
+        out.append(f"{q['concurrency']} at once")
+    if q["group_concurrency"]:
+        out.append(f"{q['group_concurrency']} per group")
+    if q["rate_limit"]:
+        out.append(f"{q['rate_limit']} ({q['rate_used'] or 0} used)")
+    if q["group_rate_limit"]:
+        out.append(f"{q['group_rate_limit']} per group")
+    if q["ordered"]:
+        out.append("ordered groups")
+    return out
+
+
+FAILURE_SCAN = 20_000  # failed runs the Failures page groups, the newest first
+
+
+def failures(conn: psycopg.Connection[Any], limit: int = 100) -> dict[str, Any]:
+    """The newest FAILURE_SCAN failed runs grouped by task and error class, largest groups
+    first, and how many failed runs there are in all (the tally's totals)."""
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_sql.query("no_jit"))
+        groups = cur.execute(
+            _sql.query("dashboard_failures"), {"scan": FAILURE_SCAN, "limit": limit}
+        ).fetchall()
+    scanned = int(groups[0]["scanned"]) if groups else 0
+    for g in groups:
+        del g["scanned"]
+    return {"groups": groups, "scanned": scanned, "scan_limit": FAILURE_SCAN}
 
 
 def list_runs(
@@ -116,7 +203,12 @@ def list_runs(
 ) -> dict[str, Any]:
     """A page of runs, newest first, and the cursor of the next page (None: no more).
     Queued, scheduled and waiting runs carry `why`: what keeps each from running."""
-    query, by_finish = runs_query(filt.state)
+    flagged = False
+    if filt.state == RunState.QUEUED and filt.queue is not None and filt.group is not None:
+        row = conn.execute(_sql.query("dashboard_queue_flagged"), {"queue": filt.queue})
+        found = row.fetchone()
+        flagged = bool(found and found[0])
+    query, by_finish = runs_query(filt, flagged)
     before_at, before_id = parse_cursor(cursor, by_finish)
     params = {**filt.params(), "limit": limit, "scan": SCAN, "before_id": before_id}
     if by_finish:
@@ -135,6 +227,7 @@ def list_runs(
     elif first["scanned"] == SCAN:
         next_cursor = make_cursor(first["last_at"], first["last_id"])
     reasons = explain(conn, [r["id"] for r in runs if r["state"] in why.EXPLAINED])
+    reasons |= stale(conn, [r["id"] for r in runs if r["state"] == RunState.RUNNING])
     for r in runs:
         r["why"] = reasons.get(r["id"])
     return {
@@ -180,7 +273,37 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
         return {}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_sql.query("dashboard_why"), {"ids": ids}).fetchall()
+    deep = [r for r in rows if r["ahead"] is not None and r["ahead"] >= why.AHEAD_EXACT]
+    for row in deep[:MAX_ESTIMATES]:  # a planning each (about 0.3 ms)
+        row["ahead_estimate"] = max(why.AHEAD_EXACT, ahead_estimate(conn, row))
+    grouped = [r["id"] for r in rows if why.group_limited(r) and r["state"] == RunState.QUEUED]
+    if grouped:
+        found = conn.execute(_sql.query("dashboard_group_ahead"), {"ids": grouped}).fetchall()
+        ahead = dict(found)
+        for row in rows:
+            row["group_ahead"] = ahead.get(row["id"])
     return {row["id"]: why.reasons(row) for row in rows}
+
+
+MAX_ESTIMATES = 50  # runs of a page whose place past 1,000 the planner estimates
+
+
+def ahead_estimate(conn: psycopg.Connection[Any], run: dict[str, Any]) -> int:
+    """The planner's estimate of the queued runs ahead of `run` in its queue."""
+    params = {"queue": run["queue"], "priority": run["priority"], "id": run["id"]}
+    cur = conn.execute(_sql.query("dashboard_ahead_estimate"), params, prepare=False)
+    plan = cur.fetchone()
+    assert plan is not None
+    return int(plan[0][0]["Plan"]["Plan Rows"])
+
+
+def stale(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str]]:
+    """What is wrong with each of these running runs whose lease has expired, by id."""
+    if not ids:
+        return {}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_sql.query("dashboard_stale"), {"ids": ids}).fetchall()
+    return {row["id"]: why.stale_reasons(row) for row in rows}
 
 
 def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
@@ -217,7 +340,8 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
         if parent
         else None,
         "waits_for": waits,
-        "why": explain(conn, [run_id]).get(run_id),
+        "why": (explain(conn, [run_id]) | stale(conn, [run_id])).get(run_id),
+        "audit": audit_of_run(conn, run_id),
     }
 
 
@@ -334,6 +458,47 @@ def list_schedules(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return {"schedules": _schedules.list_all(conn)}
 
 
+EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an estimate
+
+
+def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
+    """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
+    the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
+    (a state, with a queue, or for finished runs a task); otherwise the planner's
+    estimate, labelled as one. None for a text search (`q`), which no index answers."""
+    if filt.q is not None or filt.arg is not None or filt.error_class is not None:
+        return None
+    states = (filt.state,) if filt.state is not None else STATES
+    params = {"queue": filt.queue, "task": filt.task, "group": filt.group}
+    row = conn.execute(states_query("dashboard_estimate", states=states), params, prepare=False)
+    plan = row.fetchone()
+    assert plan is not None
+    estimate = int(plan[0][0]["Plan"]["Plan Rows"])
+    indexed = filt.state is not None and filt.group is None
+    if filt.task is not None and filt.state not in FINISHED_STATES:
+        indexed = False
+    if indexed and estimate <= EXACT_UP_TO:
+        counted = conn.execute(
+            states_query("dashboard_count", states=states),
+            {**params, "cap": EXACT_UP_TO + 1},
+            prepare=False,
+        ).fetchone()
+        assert counted is not None
+        if counted[0] <= EXACT_UP_TO:
+            return {"count": int(counted[0]), "exact": True}
+        estimate = max(estimate, EXACT_UP_TO + 1)
+    return {"count": estimate, "exact": False}
+
+
+def pickers(conn: psycopg.Connection[Any], tasks: list[str]) -> dict[str, list[str]]:
+    """The queue and task names the list's pickers offer (`tasks`: the App's registry)."""
+    rows = conn.execute(_sql.query("dashboard_pickers")).fetchall()
+    out: dict[str, set[str]] = {"queue": set(), "task": set(tasks)}
+    for kind, name in rows:
+        out[kind].add(name)
+    return {"queues": sorted(out["queue"]), "tasks": sorted(out["task"])}
+
+
 def count_matching(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
     """How many runs a bulk `action` with this filter would act on."""
     return _bulk.count(conn, action, bulk_filter(action, filt))
@@ -346,11 +511,16 @@ def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
     """The dashboard's filter as a bulk action's (pgqueue.ops.bulk, shared with the CLI and
     App.cancel_where/retry_where). An empty filter means every run the action can reach,
     as the page's form says before it acts."""
-    if filt.q is not None:
-        raise BadRequest("a bulk action takes state, queue, task and group filters, not q")
+    if filt.q is not None or filt.arg is not None:
+        raise BadRequest("a bulk action takes state, queue, task and group filters, not q or arg")
     try:
         bulk = _bulk.Filter.of(
-            state=filt.state, queue=filt.queue, task=filt.task, group=filt.group, all_runs=True
+            state=filt.state,
+            queue=filt.queue,
+            task=filt.task,
+            group=filt.group,
+            error_class=filt.error_class,
+            all_runs=True,
         )
         bulk.states_for(action)
     except _bulk.BulkError as exc:
@@ -358,8 +528,13 @@ def bulk_filter(action: str, filt: RunFilter) -> _bulk.Filter:
     return bulk
 
 
-def bulk(conn: psycopg.Connection[Any], action: str, filt: RunFilter) -> int:
-    """Cancel or retry every run matching the filter, in batches; returns how many changed."""
+def bulk(
+    conn: psycopg.Connection[Any], action: str, filt: RunFilter, reason: str | None = None
+) -> int:
+    """Cancel or retry every run matching the filter, in batches; returns how many changed
+    (a cancel stores `reason` in each run's cancel_reason)."""
+    if action == "cancel":
+        return _bulk.act(conn, action, bulk_filter(action, filt), reason=reason)
     return _bulk.act(conn, action, bulk_filter(action, filt))
 
 
@@ -374,6 +549,92 @@ def retry(conn: psycopg.Connection[Any], run_id: int) -> bool:
 
 def exists(conn: psycopg.Connection[Any], run_id: int) -> bool:
     return conn.execute(_sql.query("get_run"), {"id": run_id}).fetchone() is not None
+
+
+def run_state(conn: psycopg.Connection[Any], run_id: int) -> str:
+    """The run's state; RunNotFound if there is no such run."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_sql.query("get_run"), {"id": run_id}).fetchone()
+    if run is None:
+        raise RunNotFound(f"no run with id {run_id}")
+    return str(run["state"])
+
+
+def record(
+    conn: psycopg.Connection[Any],
+    actor: str,
+    action: str,
+    *,
+    run_id: int | None = None,
+    target: dict[str, Any] | None = None,
+    count: int = 0,
+    reason: str | None = None,
+) -> None:
+    """Add an operator's action to pgqueue.audit."""
+    _audit.record(conn, actor, action, run_id=run_id, target=target, count=count, reason=reason)
+
+
+def audit_of_run(conn: psycopg.Connection[Any], run_id: int) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_sql.query("audit_run"), {"id": run_id}).fetchall()
+
+
+def list_audit(
+    conn: psycopg.Connection[Any], cursor: str | None, limit: int = PAGE_SIZE
+) -> dict[str, Any]:
+    """A page of operator actions, newest first, and the cursor of the next page."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            _sql.query("audit_list"), {"before_id": id_cursor(cursor, MAX_ID), "limit": limit}
+        ).fetchall()
+    return {"actions": rows, "next": str(rows[-1]["id"]) if len(rows) == limit else None}
+
+
+def run_state_or_none(conn: psycopg.Connection[Any], run_id: int) -> str | None:
+    try:
+        return run_state(conn, run_id)
+    except RunNotFound:
+        return None
+
+
+def emit_event(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
+    """Emit an event with emit_event.sql's checked parameters (Dashboard.event_params)."""
+    return _events.emit_event(conn, params)
+
+
+def run_now(conn: psycopg.Connection[Any], run_id: int) -> bool:
+    """Queue a scheduled run now; False if it is not scheduled."""
+    row = conn.execute(_sql.query("run_now"), {"id": run_id}).fetchone()
+    return bool(row and row[0])
+
+
+def delete_runs(conn: psycopg.Connection[Any], ids: list[int]) -> list[int]:
+    """Delete these runs if finished (not a child whose parent is not); the ids deleted."""
+    rows = conn.execute(_sql.query("delete_runs"), {"ids": ids}).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def set_queue_limits(conn: psycopg.Connection[Any], queue: str, values: dict[str, str]) -> None:
+    """Store a queue's limits from the queue page's form (empty: no limit), checked as
+    `pgqueue queues set` checks them."""
+
+    def count(name: str) -> int | None:
+        text = values.get(name, "").strip()
+        if not text:
+            return None
+        if not text.isascii() or not text.isdigit() or len(text) > 9:
+            raise BadRequest(f"{name} must be a whole number, or empty for no limit")
+        return int(text)
+
+    concurrency, group_concurrency = count("concurrency"), count("group_concurrency")
+    rate = values.get("rate_limit", "").strip() or None
+    group_rate = values.get("group_rate_limit", "").strip() or None
+    ordered = values.get("ordered") in ("on", "true", "yes", "1")
+    try:
+        _registry.check_limits(queue, concurrency, group_concurrency, rate, group_rate, ordered)
+    except (ValueError, UserError) as exc:
+        raise BadRequest(str(exc)) from None
+    _operator.set_limits(conn, queue, concurrency, group_concurrency, rate, group_rate, ordered)
 
 
 def set_queue_paused(conn: psycopg.Connection[Any], queue: str, paused: bool) -> None:

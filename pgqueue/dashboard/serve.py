@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.dashboard.hosts import Hosts
 from pgqueue.errors import UserError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # core needs the dashboard's extra, which run() checks first
     from pgqueue.dashboard.core import AppOrDsn
 
 HEADER_TIMEOUT = 10.0

@@ -13,12 +13,15 @@ arrives, its child finishes or its deadline passes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pgqueue.runs.terminal import seconds_text
 from pgqueue.states import RunState
 from pgqueue.tasks.rates import PERIOD_WORDS, Rate
 
+AHEAD_EXACT = 1000  # runs ahead counted exactly (dashboard_why.sql); beyond: an estimate
+GROUP_AHEAD_EXACT = 100  # runs of its group ahead of a run, counted (dashboard_group_ahead)
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999
 
@@ -75,13 +78,50 @@ def reasons(f: dict[str, Any]) -> list[str]:
             f"every live worker serving queue {queue} is busy ({f['busy']} of {f['slots']} slots)"
         )
     limited = concurrency is not None or group_limit is not None or f["ordered"]
-    limited = limited or f["rate_limit"] is not None or f["group_rate_limit"] is not None
+    limited = limited or f["group_rate_limit"] is not None
     if not limited and f["ahead"]:
-        ahead = "1,000+" if f["ahead"] >= 1000 else f"{f['ahead']:,}"
+        estimate = f.get("ahead_estimate")
+        if f["ahead"] < AHEAD_EXACT:
+            ahead = f"{f['ahead']:,}"
+        elif estimate is not None:
+            ahead = f"about {estimate:,}"
+        else:
+            ahead = f"{AHEAD_EXACT:,}+"
         noun = "run" if f["ahead"] == 1 else "runs"
-        out.append(f"{ahead} {noun} ahead of it in queue {queue}")
+        text = f"{ahead} {noun} ahead of it in queue {queue}"
+        if estimate is not None:
+            text += " (the planner's estimate)"
+        if f["rate_limit"] is not None:
+            text += rated_start(f)
+        out.append(text)
+    group_ahead = f.get("group_ahead")
+    if group_ahead:
+        count = f"{GROUP_AHEAD_EXACT}+" if group_ahead > GROUP_AHEAD_EXACT else f"{group_ahead:,}"
+        noun = "run" if group_ahead == 1 else "runs"
+        out.append(
+            f"{count} {noun} of group {f['group_key'] or '(default)'} ahead of it "
+            f"(queue {queue} takes its groups' runs in turns, each group's in order)"
+        )
     if not out:
         out.append("next in line: a worker claims it at its next claim")
+    return out
+
+
+RESCUE_WITHIN = 5  # seconds: a worker's rescuer runs at least this often (by default)
+
+
+def stale_reasons(f: dict[str, Any]) -> list[str]:
+    """A running run whose lease expired (a row of dashboard_stale.sql): its worker
+    stopped renewing it, and who will take it back."""
+    ago = seconds_text(f["expired_seconds"])
+    out = [f"lease expired {ago} ago: its worker stopped renewing it (dead or cut off)"]
+    if f["rescuer"]:
+        out.append(
+            f"a live worker serving queue {f['queue']} rescues it within about "
+            f"{RESCUE_WITHIN} s of the expiry (retried, or failed when out of attempts)"
+        )
+    else:
+        out.append(f"no live worker serves queue {f['queue']}: nobody rescues it until one starts")
     return out
 
 
@@ -109,6 +149,26 @@ def flow_reasons(f: dict[str, Any]) -> list[str]:
     if first is not None and first < f["id"]:
         out.append(f"ordered group {group}: waits for run {first} to finish")
     return out
+
+
+def group_limited(f: dict[str, Any]) -> bool:
+    """A queue whose claims take turns across groups (claim_limited)."""
+    limits = (f["concurrency"], f["group_concurrency"], f["group_rate_limit"])
+    return any(x is not None for x in limits) or bool(f["ordered"])
+
+
+def rated_start(f: dict[str, Any]) -> str:
+    """When a queued run of a rate-limited queue (claimed in priority, then id order, as
+    an unlimited one) can start at the earliest: the runs ahead of it take the rate's
+    starts first, `rate_limit` a period, from when the limit next opens."""
+    rate = Rate(f["rate_limit"], int(f["rate_period"]))
+    now: datetime = f["now"]
+    opens = f["rate_open_at"] if f["rate_open_at"] and f["rate_open_at"] > now else now
+    estimated = f.get("ahead_estimate")
+    periods = (estimated or f["ahead"]) // rate.limit
+    start = opens + timedelta(seconds=periods * rate.period)
+    bound = "not before" if f["ahead"] >= AHEAD_EXACT and estimated is None else "at"
+    return f": at {rate}, its start comes {bound} about {clock(start, now)}"
 
 
 def starts(n: int) -> str:

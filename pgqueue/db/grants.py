@@ -47,7 +47,9 @@ PRODUCER_FUNCTIONS = ("enqueue", "emit_event", "enqueue_unique", "batch_settle")
 # list does not know (a later migration's) gets all four, as its default privileges give.
 WORKER_TABLES = {
     "alembic_version": ("SELECT",),
+    "audit": ("SELECT", "INSERT"),  # a dashboard run with the worker's role records its actions
     "events": DML,
+    "finished_totals": ("SELECT", "INSERT", "UPDATE"),  # the tally adds to it
     "group_rates": DML,
     "queues": ("SELECT", "INSERT", "UPDATE"),
     "run_errors": ("SELECT", "INSERT"),

@@ -50,6 +50,9 @@ class Filter:
     group: str | None = None
     older_than: timedelta | None = None
     all_runs: bool = field(default=False, compare=False)
+    # the error's class: its first line up to the first colon (`ValueError`), as the
+    # dashboard's Failures page groups failed runs
+    error_class: str | None = None
 
     @classmethod
     def of(
@@ -61,12 +64,14 @@ class Filter:
         group: str | None = None,
         older_than: timedelta | float | None = None,
         all_runs: bool = False,
+        error_class: str | None = None,
     ) -> Filter:
         states = (state,) if isinstance(state, str) else tuple(state or ())
         for s in states:
             if s not in STATES:
                 raise BulkError(f"unknown state {s!r}: one of {', '.join(STATES)}")
-        for name, value in (("queue", queue), ("task", task), ("group", group)):
+        named = (("queue", queue), ("task", task), ("group", group), ("error_class", error_class))
+        for name, value in named:
             if value is not None and (
                 not isinstance(value, str) or "\x00" in value or len(value) > 512
             ):
@@ -76,12 +81,13 @@ class Filter:
             age = timedelta(seconds=age)
         if age is not None and age < timedelta(0):
             raise OutOfRange(f"older_than must not be negative, not {age}")
-        return cls(tuple(dict.fromkeys(states)), queue, task, group, age, all_runs)
+        return cls(tuple(dict.fromkeys(states)), queue, task, group, age, all_runs, error_class)
 
     @property
     def narrows(self) -> bool:
         return bool(self.states) or any(
-            v is not None for v in (self.queue, self.task, self.group, self.older_than)
+            v is not None
+            for v in (self.queue, self.task, self.group, self.older_than, self.error_class)
         )
 
     def check_scope(self) -> None:
@@ -118,6 +124,7 @@ class Filter:
             "task": self.task,
             "group": self.group,
             "older_than": age,
+            "error_class": self.error_class,
             "reason": None,  # a cancel's cancel_reason (act() sets it)
         }
 
@@ -125,7 +132,7 @@ class Filter:
         out: dict[str, Any] = {}
         if self.states:
             out["state"] = list(self.states)
-        for key in ("queue", "task", "group"):
+        for key in ("queue", "task", "group", "error_class"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.older_than is not None:

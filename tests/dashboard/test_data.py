@@ -74,7 +74,16 @@ def assert_reads(
     assert not missing, (missing, indexes)
 
 
-FILTERS = {"queue": None, "task": None, "group": None, "q": None, "limit": 50, "scan": 2000}
+FILTERS = {
+    "queue": None,
+    "task": None,
+    "group": None,
+    "q": None,
+    "arg": None,
+    "error_class": None,
+    "limit": 50,
+    "scan": 2000,
+}
 START = {"before_id": 2**63 - 1, "before_at": data.END}
 
 
@@ -92,9 +101,9 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         "failed": "runs_failed_idx",
     }
     for state, index in expected.items():
-        query, _ = data.runs_query(state)
+        query, _ = data.runs_query(data.RunFilter(state=state))
         assert_reads(conn, query, page, index)
-    query, _ = data.runs_query("waiting")
+    query, _ = data.runs_query(data.RunFilter(state="waiting"))
     assert_reads(conn, query, page)
 
     assert_reads(
@@ -130,7 +139,14 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
     assert_reads(conn, _sql.query("run_errors"), {"id": 1})
     assert_reads(conn, _sql.query("list_schedules"), {})
     assert_reads(conn, _sql.query("workers_live"), {})
-    filt = {"queue": "default", "task": None, "group": None, "older_than": None, "reason": None}
+    filt = {
+        "queue": "default",
+        "task": None,
+        "group": None,
+        "older_than": None,
+        "reason": None,
+        "error_class": None,
+    }
     batch = {
         "upto": 2**62,
         "upto_at": "2100-01-01T00:00:00Z",
@@ -217,7 +233,7 @@ def test_a_page_of_queued_runs_reads_a_bounded_part_of_the_backlog(
     reads at most `scan` ids per queue from runs_claim_idx, and its "why" at most the
     first 1,001 runs of each queue, not every run ahead of each of the 500."""
     conn = big
-    query, _ = data.runs_query("queued")
+    query, _ = data.runs_query(data.RunFilter(state="queued"))
     params = {**FILTERS, **START, "limit": 500}
     read = rows_read(conn, query, params)
     assert set(read) <= {"runs_claim_idx", "runs_pkey"}, read

@@ -245,7 +245,7 @@ def test_a_form_cannot_redirect_off_the_dashboard(
 ) -> None:
     run_id = enqueue(conn)
     good = csrf(web)
-    form = {"csrf": good["X-CSRF-Token"], "next": target}
+    form = {"csrf": good["X-CSRF-Token"], "next": target, "confirmed": "yes"}
     r = web.post(
         f"/api/runs/{run_id}/cancel",
         data=form,
@@ -258,7 +258,11 @@ def test_a_form_cannot_redirect_off_the_dashboard(
 def test_a_form_goes_back_to_its_own_page(web: TestClient, conn: psycopg.Connection[Any]) -> None:
     run_id = enqueue(conn)
     good = csrf(web)
-    form = {"csrf": good["X-CSRF-Token"], "next": "/runs?state=queued&queue=a%2Fb"}
+    form = {
+        "csrf": good["X-CSRF-Token"],
+        "next": "/runs?state=queued&queue=a%2Fb",
+        "confirmed": "yes",
+    }
     r = web.post(
         f"/api/runs/{run_id}/cancel",
         data=form,

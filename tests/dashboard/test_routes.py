@@ -209,7 +209,7 @@ def test_run_actions_change_the_database(web: TestClient, conn: psycopg.Connecti
     assert web.post("/api/runs/99999/cancel", headers=headers).status_code == 404
 
     # a form post (no script) goes back to the page it came from
-    form = {"csrf": web.cookies[CSRF_COOKIE], "next": f"/runs/{queued}"}
+    form = {"csrf": web.cookies[CSRF_COOKIE], "next": f"/runs/{queued}", "confirmed": "yes"}
     r = web.post(
         f"/api/runs/{queued}/cancel",
         data=form,
@@ -672,7 +672,12 @@ def test_the_cancel_form_sends_a_reason(web: TestClient, conn: psycopg.Connectio
     run_id = enqueue(conn)
     page = web.get(f"/runs/{run_id}").text
     assert 'name="reason"' in page
-    form = {"csrf": web.cookies[CSRF_COOKIE], "next": f"/runs/{run_id}", "reason": "by form"}
+    form = {
+        "csrf": web.cookies[CSRF_COOKIE],
+        "next": f"/runs/{run_id}",
+        "reason": "by form",
+        "confirmed": "yes",
+    }
     r = web.post(
         f"/api/runs/{run_id}/cancel",
         data=form,

@@ -1,6 +1,6 @@
 """A worker's default concurrency: 100 when every task of the app is async, else 10; an
 explicit concurrency always wins, from Python and from the CLI (Django's and Flask's
-commands: tests/test_django.py, tests/test_flask.py)."""
+commands: tests/contrib/django/test_django.py, tests/contrib/test_flask.py)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,9 @@ def view(request: HttpRequest, path: str = "") -> HttpResponse:
         body=request.body if request.method == "POST" else b"",
         origin=f"{request.scheme}://{request.get_host()}",
     )
-    access = Access(view=True, act=bool(user.has_perm("pgqueue.change_run")))
+    access = Access(
+        view=True, act=bool(user.has_perm("pgqueue.change_run")), user=str(user.get_username())
+    )
     resp = handler.handle(req, access)
     out = HttpResponse(resp.body, status=resp.status, content_type=resp.content_type)
     for name, value in resp.headers:

@@ -1,52 +1,51 @@
-// pgqueue dashboard: live refresh of the overview and the count-first confirmation of
-// bulk actions. Every action is a plain form POST (with the page's CSRF token), so the
-// dashboard works without this file too.
+// pgqueue dashboard: live refresh. Every action is a plain form POST (with the page's
+// CSRF token) that the server answers with a confirmation page (the exact count of a
+// bulk action, a reason field) before it acts, so the dashboard works, and asks, the
+// same without this file.
 (function () {
   "use strict";
   var root = document.querySelector('meta[name="pgqueue-root"]').content;
+  document.documentElement.setAttribute("data-js", "on");
 
-  // The overview's live part: fetched every 2 s and swapped in place.
+  // A page's live part (#live, with data-part: the URL that renders it again) is fetched
+  // again and swapped in place. How often: the server says, in X-Refresh-After, from
+  // what the part cost it (docs/dashboard.md: at most 0.2 s of database time a minute
+  // per tab); never while the tab is hidden. Keyboard focus stays on the control it was
+  // on (the same position among the part's controls).
   var live = document.getElementById("live");
-  if (live) {
-    var busy = false;
-    setInterval(function () {
-      if (busy || document.hidden) { return; }
-      busy = true;
-      fetch(root + "/parts/overview", { credentials: "same-origin" })
-        .then(function (r) { return r.ok ? r.text() : null; })
-        .then(function (html) { if (html !== null) { live.innerHTML = html; } })
-        .catch(function () {})
-        .then(function () { busy = false; });
-    }, 2000);
+  if (!live || !live.dataset.part) { return; }
+  var every = Number(live.dataset.refresh || "5");
+  var controls = "a[href], button, input, select, textarea";
+
+  function focusedIndex() {
+    var active = document.activeElement;
+    if (!active || !live.contains(active)) { return -1; }
+    return Array.prototype.indexOf.call(live.querySelectorAll(controls), active);
   }
 
-  // A bulk action asks the server how many runs match, says so, and only then posts.
-  document.querySelectorAll("form[data-bulk]").forEach(function (form) {
-    form.addEventListener("submit", function (event) {
-      if (form.dataset.confirmed === "yes") { return; }
-      event.preventDefault();
-      var params = new URLSearchParams();
-      ["action", "state", "queue", "task", "group"].forEach(function (name) {
-        var input = form.elements[name];
-        if (input && input.value) { params.set(name, input.value); }
-      });
-      fetch(root + "/api/runs/count?" + params.toString(), { credentials: "same-origin" })
-        .then(function (r) { return r.json(); })
-        .then(function (body) {
-          if (body.error) { window.alert(body.error); return; }
-          var verb = form.elements.action.value;
-          if (window.confirm(verb + " " + body.count + " run" + (body.count === 1 ? "" : "s") + "?")) {
-            form.dataset.confirmed = "yes";
-            form.submit();
-          }
-        });
-    });
-  });
+  function refresh() {
+    if (document.hidden) { schedule(); return; }
+    fetch(root + live.dataset.part, { credentials: "same-origin" })
+      .then(function (r) {
+        var after = Number(r.headers.get("x-refresh-after"));
+        if (after > 0) { every = after; }
+        return r.ok ? r.text() : null;
+      })
+      .then(function (html) {
+        if (html === null) { return; }
+        var index = focusedIndex();
+        live.innerHTML = html;
+        if (index >= 0) {
+          var again = live.querySelectorAll(controls)[index];
+          if (again) { again.focus({ preventScroll: true }); }
+        }
+        var shown = document.getElementById("refresh-every");
+        if (shown) { shown.textContent = String(every); }
+      })
+      .catch(function () {})
+      .then(schedule);
+  }
 
-  // Single-run and queue actions that ask first.
-  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-    form.addEventListener("submit", function (event) {
-      if (!window.confirm(form.dataset.confirm)) { event.preventDefault(); }
-    });
-  });
+  function schedule() { setTimeout(refresh, every * 1000); }
+  schedule();
 })();

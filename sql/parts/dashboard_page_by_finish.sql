@@ -1,0 +1,37 @@
+-- The page of a dashboard_runs_by_finish* statement, from its CTE `scanned` (finished
+-- runs read after the cursor, most recently finished first, with the list's columns):
+-- those that match the filters, at most %(limit)s, each row also saying how many runs
+-- were read and where the scan ended (the next page starts there when fewer than
+-- %(limit)s matched). Without a match, one row of NULLs but for those.
+ended AS (
+    SELECT (SELECT count(*) FROM scanned) AS scanned, x.finished_at AS last_at,
+           x.id AS last_id
+    FROM (SELECT 1) one
+    LEFT JOIN (SELECT finished_at, id FROM scanned ORDER BY finished_at, id LIMIT 1) x ON true
+)
+SELECT e.scanned, e.last_at, e.last_id, m.*
+FROM ended e
+LEFT JOIN LATERAL (
+    SELECT s.id, s.task, s.queue, s.state, s.group_key, s.priority, s.attempt,
+           s.max_attempts, s.error, s.parent_id, s.run_at, s.created_at, s.started_at,
+           s.finished_at, s.cancel_reason
+    FROM scanned s
+    WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
+      AND s.state IN ({states})
+      AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
+      AND (%(group)s::text IS NULL OR s.group_key = %(group)s::text)
+      AND (%(error_class)s::text IS NULL
+           OR split_part(split_part(coalesce(s.error, ''), E'\n', 1), ':', 1)
+              = %(error_class)s::text)
+      AND (%(arg)s::jsonb IS NULL OR s.kwargs @> %(arg)s::jsonb OR s.args @> %(arg)s::jsonb
+           OR (jsonb_typeof(%(arg)s::jsonb) NOT IN ('object', 'array')
+               AND s.args @> jsonb_build_array(%(arg)s::jsonb)))
+      AND (%(q)s::text IS NULL OR s.id::text = %(q)s::text
+           OR strpos(lower(s.task), lower(%(q)s::text)) > 0
+           OR strpos(lower(s.group_key), lower(%(q)s::text)) > 0
+           OR strpos(lower(coalesce(s.idempotency_key, '')), lower(%(q)s::text)) > 0
+           OR strpos(lower(coalesce(s.error, '')), lower(%(q)s::text)) > 0)
+    ORDER BY s.finished_at DESC, s.id DESC
+    LIMIT %(limit)s
+) m ON true
+ORDER BY m.finished_at DESC NULLS LAST, m.id DESC
