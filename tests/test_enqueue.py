@@ -613,7 +613,7 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
         op = _inserts.Insert(app.database, [row])
         assert op.query == _sql.query("enqueue_run_plain")
         general = {
-            "runs": encoding.document([row]),
+            "run": encoding.encode(row),
             "headers": None,
             "batch_id": None,
             "notify": True,

@@ -134,12 +134,8 @@ def _statement(
             "runs": rows.document,
             "shared": encode(rows.shared),
         }
-    if bare:
-        return _sql.query("enqueue_run_plain"), {"run": encode(rows[0])}
-    if unique:
-        name: LiteralString = "enqueue_unique"
-    elif len(rows) == 1:
-        name = "enqueue_run"
-    else:
-        name = "enqueue_runs_keyed" if keyed else "enqueue_runs"
+    if len(rows) == 1 and not unique:
+        name: LiteralString = "enqueue_run_plain" if bare else "enqueue_run"
+        return _sql.query(name), {"run": encode(rows[0])}
+    name = "enqueue_unique" if unique else "enqueue_runs_keyed" if keyed else "enqueue_runs"
     return _sql.query(name), {"runs": document(rows)}
