@@ -133,6 +133,7 @@ def _statement(
         return _sql.query("enqueue_runs_plain"), {
             "runs": rows.document,
             "shared": encode(rows.shared),
+            "grouped": not rows.plain,
         }
     if len(rows) == 1 and not unique:
         name: LiteralString = "enqueue_run_plain" if bare else "enqueue_run"

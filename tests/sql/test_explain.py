@@ -166,6 +166,7 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
     many = common | {
         "runs": '[[[1], {}], [[2], {}, "g"]]',
         "shared": '[[], {}, null, null, "t", "default", 0, 3]',
+        "grouped": True,
     }
     one = common | {"runs": f"[{run}]", "run": run}
     for name, params in (
