@@ -3,8 +3,8 @@
 -- encoding.FIELDS[i] (tests/enqueue/test_encoding.py checks that the two agree). Every
 -- enqueue statement reads a run through this part; a column it does not use costs
 -- nothing (the planner drops it). A select list: the columns named as pgqueue.runs
--- names them, but `due` (run_at, else now() plus delay) and the uniqueness fields
--- (which pgqueue.enqueue_unique() reads by these names).
+-- names them, but `due` (run_at, else now() plus delay) and the uniqueness fields.
+-- pgqueue.enqueue_unique() (sql/functions/) reads the same positions in its own text.
 e -> 0 AS args,
 e -> 1 AS kwargs,
 coalesce(e ->> 2, '') AS group_key,

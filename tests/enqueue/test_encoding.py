@@ -49,8 +49,6 @@ ALSO = {
         "sql/parts/enqueue_batch_result.sql",
     },
     "unique_key": {"pgqueue/enqueue/inserts.py"},  # which statement
-    # pgqueue.enqueue_unique() reads the due time as run_at
-    "run_at": {"sql/enqueue_unique.sql"},
     # the NOTIFY of the runs' queues
     "queue": {
         "sql/enqueue_run.sql",
@@ -126,6 +124,28 @@ def test_the_part_reads_each_field_at_its_place() -> None:
     for position, alias in _reads().items():
         name = encoding.FIELDS[position]
         assert alias == READ_AS.get(name, name), (position, name, alias)
+
+
+def test_enqueue_unique_reads_each_field_at_its_place() -> None:
+    """pgqueue.enqueue_unique() reads the encoding in its own text: at the part's
+    positions, and a run given as an object (its input before revision 0025) becomes the
+    array of FIELDS in order."""
+    text = _sql.strip_comments((ROOT / "sql/functions/enqueue_unique.sql").read_text())
+    compat = re.search(r"jsonb_build_array\((.*?)\);", text, re.S)
+    assert compat is not None
+    assert re.findall(r"e -> '(\w+)'", compat.group(1)) == list(encoding.FIELDS)
+    body = text[compat.end() :]
+    read = {int(p) for p in re.findall(r"\be ->>? (\d+)\b", body)}
+    assert read == set(range(len(encoding.FIELDS)))
+    # the insert's values, in the order of its column list
+    values = re.search(r"VALUES \((.*?)\)\s+ON CONFLICT", body, re.S)
+    assert values is not None
+    at = [
+        re.findall(r"\be ->>? (\d+)\b", v) for v in re.split(r",\s+(?![^()]*\))", values.group(1))
+    ]
+    columns = ("task", "queue", "state", "priority", "args", "kwargs")
+    for column, value in zip(columns, at[: len(columns)], strict=True):
+        assert [encoding.FIELDS[int(p)] for p in value] in ([], [column]), (column, value)
 
 
 def test_the_part_reads_what_the_encoder_wrote(conn: psycopg.Connection[Any]) -> None:
