@@ -5,15 +5,7 @@
 -- skipped: the caller looks the holder up (runs_by_idempotency_key.sql).
 {{enqueue_batch_input}}
 inserted AS (
-    INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
-                              timeout_seconds, group_key, idempotency_key, run_at, parent_id,
-                              limited, headers, batch_id)
-    SELECT task, queue, {{run_state_from_due}},
-           priority, args, kwargs, max_attempts, timeout_seconds, group_key, idempotency_key,
-           due, parent_id, queue IN (SELECT name FROM limits), %(headers)s::jsonb,
-           %(batch_id)s::bigint
-    FROM input
-    ORDER BY n
+    {{enqueue_insert}}
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, state, idempotency_key
 )

@@ -1,6 +1,8 @@
 """The enqueue engine without its I/O, shared by Enqueuer.insert_runs and its async twin: which
-statement inserts the rows and with what parameters, the lookup of idempotency keys that
-were already taken, and how the answers become RunHandles.
+statement inserts the rows, the lookup of idempotency keys that were already taken, and
+how the answers become RunHandles. Every statement reads the runs in the one encoding of
+pgqueue.enqueue.encoding, through one SQL part (sql/parts/enqueue_run_fields.sql); they
+differ only where a measurement said so:
 
 - one run: sql/enqueue_run_plain.sql when it is due now and has none of the rarer options
   (nearly every enqueue()), else sql/enqueue_run.sql (its ON CONFLICT costs nothing on one
@@ -8,6 +10,8 @@ were already taken, and how the answers become RunHandles.
 - several runs: one JSON document, sql/enqueue_runs.sql, or sql/enqueue_runs_keyed.sql when
   some run has an idempotency key (ON CONFLICT makes every row a speculative insertion,
   about 9% of the server's time per row, so batches without keys go without it);
+- an enqueue_many batch (RunBatch): sql/enqueue_runs_plain.sql, what its runs share
+  encoded once;
 - runs with a unique key: sql/enqueue_unique.sql, a call of pgqueue.enqueue_unique()
   (sql/functions/), which loops per run over the cases of a key in scope.
 Every statement but enqueue_run_plain.sql takes `batch_id`: the app.batch() the runs join
@@ -16,19 +20,16 @@ Every statement but enqueue_run_plain.sql takes `batch_id`: the app.batch() the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from pgqueue.db import sql as _sql
+from pgqueue.enqueue.encoding import document, encode, plain
 from pgqueue.enqueue.options import RunBatch, RunRow
 from pgqueue.runs.handle import RunHandle
 
 if TYPE_CHECKING:
     from pgqueue.db.database import Database
-
-# Values already checked: only the run's own fields (str, int, float, None) go through it.
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
 Found = Sequence[Any] | None  # (ids, keys) of the runs inserted, see Insert.found
 Existing = Sequence[Sequence[Any]]  # runs_by_idempotency_key.sql's (id, key) rows
@@ -55,22 +56,15 @@ class Insert:
     ) -> None:
         self.database = database
         self.rows = rows
-        plain = isinstance(rows, RunBatch)
-        self.unique = not plain and any(r.unique_key is not None for r in rows)
+        many = isinstance(rows, RunBatch)
+        self.unique = not many and any(r.unique_key is not None for r in rows)
         self.keyed = (
-            not plain and not self.unique and any(r.idempotency_key is not None for r in rows)
+            not many and not self.unique and any(r.idempotency_key is not None for r in rows)
         )
         # a single-run statement: a row per run inserted (none for a key that was taken)
-        self.one = not plain and not self.unique and len(rows) == 1
-        bare = self.one and headers is None and batch_id is None and _plain(rows[0])
-        self.params: dict[str, Any]
-        if self.unique:
-            self.query = _sql.query("enqueue_unique")
-            self.params = {"runs": _unique_document(rows)}
-        elif bare:
-            self.query, self.params = _sql.query("enqueue_run_plain"), _plain_fields(rows[0])
-        else:
-            self.query, self.params = _statement(rows, self.keyed)
+        self.one = not many and not self.unique and len(rows) == 1
+        bare = self.one and headers is None and batch_id is None and plain(rows[0])
+        self.query, self.params = _statement(rows, self.unique, self.keyed, bare)
         self.params["notify"] = database.notify
         if not bare:
             self.params["batch_id"] = batch_id
@@ -130,111 +124,19 @@ class Insert:
         return out
 
 
-_NO_DEFAULTS: dict[str, Any] = dict.fromkeys(
-    (
-        "task",
-        "queue",
-        "priority",
-        "max_attempts",
-        "timeout_seconds",
-        "group_key",
-        "run_at",
-        "delay",
-        "parent_id",
-    )
-)
-
-
-def _statement(rows: Sequence[RunRow], keyed: bool) -> tuple[LiteralString, dict[str, Any]]:
+def _statement(
+    rows: Sequence[RunRow], unique: bool, keyed: bool, bare: bool
+) -> tuple[LiteralString, dict[str, Any]]:
+    """The statement that inserts `rows`, and its runs' parameters (their encoding)."""
     if isinstance(rows, RunBatch):
         # what its runs share, once; the document carries [args, kwargs(, group)] per run
-        shared = _fields(rows.shared)
-        del shared["args"], shared["kwargs"], shared["idempotency_key"]
-        name: LiteralString = "enqueue_runs_plain" if rows.plain else "enqueue_runs"
-        return _sql.query(name), {"runs": rows.document, **shared}
-    if len(rows) == 1:
-        return _sql.query("enqueue_run"), _fields(rows[0])
-    document = "[" + ",".join(_element(r) for r in rows) + "]"
-    query = _sql.query("enqueue_runs_keyed" if keyed else "enqueue_runs")
-    return query, {"runs": document, **_NO_DEFAULTS}
-
-
-def _plain_fields(row: RunRow) -> dict[str, Any]:
-    """The parameters of enqueue_run_plain.sql but `notify`: what every run has."""
-    return {
-        "task": row.task,
-        "queue": row.queue,
-        "priority": row.priority,
-        "args": row.args,
-        "kwargs": row.kwargs,
-        "max_attempts": row.max_attempts,
-        "timeout_seconds": row.timeout_seconds,
-    }
-
-
-def _fields(row: RunRow) -> dict[str, Any]:
-    """Those of enqueue_run.sql: the plain ones and the rarer options."""
-    fields = _plain_fields(row)
-    fields["group_key"] = row.group_key
-    fields["idempotency_key"] = row.idempotency_key
-    fields["run_at"] = row.run_at
-    fields["delay"] = row.delay
-    fields["parent_id"] = row.parent_id
-    return fields
-
-
-def _plain(row: RunRow) -> bool:
-    """Whether enqueue_run_plain.sql inserts this run: due now, no key, group or parent
-    (and, checked by the caller, no trace headers or batch)."""
-    return (
-        row.run_at is None
-        and row.delay is None
-        and row.group_key is None
-        and row.idempotency_key is None
-        and row.parent_id is None
-    )
-
-
-def _element(row: RunRow) -> str:
-    """A run as the batch statement's document element: args and kwargs are JSON already."""
-    rest = _ENCODER.encode(
-        [
-            row.group_key,
-            row.idempotency_key,
-            row.task,
-            row.queue,
-            row.priority,
-            row.max_attempts,
-            row.timeout_seconds,
-            None if row.run_at is None else row.run_at.isoformat(),
-            row.delay,
-            row.parent_id,
-        ]
-    )
-    return f"[{row.args},{row.kwargs},{rest[1:]}"
-
-
-def _unique_document(rows: Sequence[RunRow]) -> str:
-    """The runs as pgqueue.enqueue_unique() reads them: one JSON object per run."""
-    parts = []
-    for row in rows:
-        fields = _ENCODER.encode(
-            {
-                "task": row.task,
-                "queue": row.queue,
-                "priority": row.priority,
-                "max_attempts": row.max_attempts,
-                "timeout_seconds": row.timeout_seconds,
-                "group_key": row.group_key,
-                "idempotency_key": row.idempotency_key,
-                "run_at": None if row.run_at is None else row.run_at.isoformat(),
-                "delay": row.delay,
-                "parent_id": row.parent_id,
-                "unique_key": row.unique_key,
-                "unique_while": row.unique_while,
-                "unique_for": row.unique_for,
-                "replace": row.replace,
-            }
-        )
-        parts.append(f'{fields[:-1]},"args":{row.args},"kwargs":{row.kwargs}}}')
-    return "[" + ",".join(parts) + "]"
+        return _sql.query("enqueue_runs_plain"), {
+            "runs": rows.document,
+            "shared": encode(rows.shared),
+            "grouped": not rows.plain,
+        }
+    if len(rows) == 1 and not unique:
+        name: LiteralString = "enqueue_run_plain" if bare else "enqueue_run"
+        return _sql.query(name), {"run": encode(rows[0])}
+    name = "enqueue_unique" if unique else "enqueue_runs_keyed" if keyed else "enqueue_runs"
+    return _sql.query(name), {"runs": document(rows)}

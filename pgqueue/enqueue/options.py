@@ -94,9 +94,10 @@ class RunRow:
 
 class RunBatch(Sequence[RunRow]):
     """The runs of one enqueue_many call: one task, one set of options. It holds what the
-    enqueue statement reads: `document`, the JSON text of one array per run ([args,
-    kwargs], plus the group when the task's group is a function of the arguments), and
-    `shared`, a RunRow of the values all its runs share (its args and kwargs unused).
+    enqueue statement reads: `document`, the JSON text of one array per run, the start of
+    its encoding (pgqueue.enqueue.encoding) that varies per run ([args, kwargs], plus the
+    group when the task's group is a function of the arguments), and `shared`, a RunRow of
+    the values all its runs share (its args and kwargs unused), encoded once.
     The arguments are encoded once, for the whole batch, with one encoder call (per
     chunk of CHUNK runs). A RunRow per run is made only for code that asks for one
     (pgqueue.testing.eager); Enqueuer.insert_runs sends the document as it is."""
@@ -109,7 +110,7 @@ class RunBatch(Sequence[RunRow]):
         self.shared = shared
         self.elements = elements
         self.document = document
-        # every element is [args, kwargs]: enqueue_runs_plain.sql reads nothing else
+        # every element is [args, kwargs]: no group per run
         self.plain = plain
 
     @classmethod

@@ -1,7 +1,10 @@
--- Insert runs that carry a unique key (task.options(unique_key=...)), one JSON object per
--- run in `runs`, in order: task, queue, priority, args, kwargs, max_attempts,
--- timeout_seconds, group_key, idempotency_key, run_at, delay, parent_id,
--- unique_key, unique_while, unique_for (seconds or null), replace (boolean).
+-- Insert runs that carry a unique key (task.options(unique_key=...)), in order: `runs` is
+-- the JSON document of pgqueue.enqueue.encoding (one array per run, position i holding
+-- field encoding.FIELDS[i]: args, kwargs, group_key, idempotency_key, task, queue,
+-- priority, max_attempts, timeout_seconds, run_at, delay, parent_id, unique_key,
+-- unique_while, unique_for (seconds or null), replace (boolean)), read at the positions
+-- sql/parts/enqueue_run_fields.sql reads (tests/enqueue/test_encoding.py checks both).
+-- A run given as an object with those keys (the input before revision 0025) is read too.
 -- Returns one row per element: its position, the run's id, and whether it was created.
 --
 -- Race-free across sessions: the insert is ON CONFLICT DO NOTHING on runs_unique_key_idx
@@ -38,16 +41,24 @@ DECLARE
 BEGIN
     FOR e, i IN SELECT x.e, x.n FROM jsonb_array_elements(runs) WITH ORDINALITY AS x (e, n)
     LOOP
-        due := coalesce((e ->> 'run_at')::timestamptz,
-                        now() + coalesce((e ->> 'delay')::double precision, 0)
+        IF jsonb_typeof(e) = 'object' THEN
+            e := jsonb_build_array(e -> 'args', e -> 'kwargs', e -> 'group_key',
+                                   e -> 'idempotency_key', e -> 'task', e -> 'queue',
+                                   e -> 'priority', e -> 'max_attempts', e -> 'timeout_seconds',
+                                   e -> 'run_at', e -> 'delay', e -> 'parent_id',
+                                   e -> 'unique_key', e -> 'unique_while', e -> 'unique_for',
+                                   e -> 'replace');
+        END IF;
+        due := coalesce((e ->> 9)::timestamptz,
+                        now() + coalesce((e ->> 10)::double precision, 0)
                                 * interval '1 second');
         PERFORM pgqueue.check_due('run_at', due);
         new_state := CASE WHEN due > now() THEN 'scheduled' ELSE 'queued' END;
         -- the keys as Python makes them (NFC), for a call written by hand too
-        key := pgqueue.nfc(e ->> 'unique_key');
-        idem := pgqueue.nfc(e ->> 'idempotency_key');
-        scope := e ->> 'unique_while';
-        window_seconds := (e ->> 'unique_for')::double precision;
+        key := pgqueue.nfc(e ->> 12);
+        idem := pgqueue.nfc(e ->> 3);
+        scope := e ->> 13;
+        window_seconds := (e ->> 14)::double precision;
         tries := 0;
         LOOP
             tries := tries + 1;
@@ -60,15 +71,15 @@ BEGIN
                                            max_attempts, timeout_seconds, group_key,
                                            idempotency_key, run_at, parent_id, limited,
                                            headers, unique_key, unique_while, batch_id)
-            VALUES (e ->> 'task', e ->> 'queue', new_state, (e ->> 'priority')::smallint,
-                    e -> 'args', e -> 'kwargs', (e ->> 'max_attempts')::integer,
-                    (e ->> 'timeout_seconds')::double precision,
-                    coalesce(e ->> 'group_key', ''), idem, due,
-                    (e ->> 'parent_id')::bigint,
+            VALUES (e ->> 4, e ->> 5, new_state, (e ->> 6)::smallint,
+                    e -> 0, e -> 1, (e ->> 7)::integer,
+                    (e ->> 8)::double precision,
+                    coalesce(e ->> 2, ''), idem, due,
+                    (e ->> 11)::bigint,
                     -- flagged if its queue is claimed by claim_limited()
                     -- (sql/parts/queue_flags_runs.sql)
                     EXISTS (SELECT 1 FROM pgqueue.queues q
-                             WHERE q.name = e ->> 'queue'
+                             WHERE q.name = e ->> 5
                                AND (q.concurrency IS NOT NULL
                                     OR q.group_concurrency IS NOT NULL
                                     OR q.group_rate_limit IS NOT NULL OR q.ordered)),
@@ -78,7 +89,7 @@ BEGIN
             RETURNING r.id INTO new_id;
             IF new_id IS NOT NULL THEN
                 IF new_state = 'queued' AND notify THEN
-                    PERFORM pg_notify('pgqueue_queued', e ->> 'queue');
+                    PERFORM pg_notify('pgqueue_queued', e ->> 5);
                 END IF;
                 run_n := i; run_id := new_id; run_created := true;
                 RETURN NEXT;
@@ -113,9 +124,9 @@ BEGIN
                 UPDATE pgqueue.runs SET unique_while = NULL WHERE id = holder_id;
                 CONTINUE;
             END IF;
-            IF coalesce((e ->> 'replace')::boolean, false) THEN
+            IF coalesce((e ->> 15)::boolean, false) THEN
                 UPDATE pgqueue.runs r
-                   SET args = e -> 'args', kwargs = e -> 'kwargs', run_at = due,
+                   SET args = e -> 0, kwargs = e -> 1, run_at = due,
                        state = new_state
                  WHERE r.id = holder_id
                    AND r.state IN ('scheduled', 'queued') AND r.started_at IS NULL;
@@ -123,7 +134,7 @@ BEGIN
                 -- key in a scope of its own (retained, or active and running) and has
                 -- nothing left to replace; the key is taken, as for a skip.
                 IF FOUND AND new_state = 'queued' AND notify THEN
-                    PERFORM pg_notify('pgqueue_queued', e ->> 'queue');
+                    PERFORM pg_notify('pgqueue_queued', e ->> 5);
                 END IF;
             END IF;
             run_n := i; run_id := holder_id; run_created := false;

@@ -534,9 +534,11 @@ def test_enqueue_many_runs_eagerly_under_testing_eager(
 def test_plain_batches_insert_what_the_general_statement_does(
     app: pgqueue.App, conn: psycopg.Connection[Any]
 ) -> None:
-    """enqueue_runs_plain.sql (an enqueue_many batch of [args, kwargs] only) writes the
-    same rows and returns the same result row as enqueue_runs.sql given the same batch."""
+    """enqueue_runs_plain.sql (an enqueue_many batch: what its runs share encoded once,
+    [args, kwargs(, group)] per run) writes the same rows and returns the same result row
+    as enqueue_runs.sql given the batch's runs each encoded whole."""
     from pgqueue.db import sql as _sql
+    from pgqueue.enqueue import encoding
     from pgqueue.enqueue import inserts as _inserts
     from pgqueue.tasks.task import EnqueueOptions, RunBatch
 
@@ -548,6 +550,7 @@ def test_plain_batches_insert_what_the_general_statement_does(
     @app.task
     def bare(a: int) -> None: ...
 
+    grouped = app.task(name="grouped", group=lambda a: str(a))(lambda a: None)
     columns = (
         "task, queue, state, priority, args, kwargs, max_attempts, timeout_seconds, group_key,"
         " idempotency_key, parent_id, limited, attempt, notify_done,"
@@ -557,18 +560,18 @@ def test_plain_batches_insert_what_the_general_statement_does(
         (shaped, EnqueueOptions(), [(1,), (2, 3), {"a": 4}]),
         (shaped, EnqueueOptions(delay=60, priority=-1), [(5,)]),
         (bare, EnqueueOptions(parent_id=None), [(6,), (7,)]),
+        (grouped, EnqueueOptions(), [(8,), (9,)]),
+        (grouped, EnqueueOptions(group="fixed", queue="lim"), [(10,)]),
     ]
     for task, opts, items in cases:
         batch = RunBatch.build(task, opts, items)
-        assert batch.plain
-        query, params = _inserts._statement(batch, keyed=False)
+        query, params = _inserts._statement(batch, unique=False, keyed=False, bare=False)
         assert query == _sql.query("enqueue_runs_plain")
-        params["notify"] = True
-        params["headers"] = None
-        params["batch_id"] = None
+        common = {"notify": True, "headers": None, "batch_id": None}
+        whole = {"runs": encoding.document(list(batch)), **common}
         results, rows = [], []
-        for name in ("enqueue_runs_plain", "enqueue_runs"):
-            found = conn.execute(_sql.query(name), params).fetchone()
+        for name, given in (("enqueue_runs_plain", params | common), ("enqueue_runs", whole)):
+            found = conn.execute(_sql.query(name), given).fetchone()
             assert found is not None
             results.append((len(found[0]), found[1], found[2]))
             rows.append(
@@ -579,10 +582,7 @@ def test_plain_batches_insert_what_the_general_statement_does(
             )
         assert results[0] == results[1]
         assert rows[0] == rows[1] and len(rows[0]) == len(items)
-    group_by_args = RunBatch.build(
-        app.task(name="grouped", group=lambda a: str(a))(lambda a: None), EnqueueOptions(), [(1,)]
-    )
-    assert not group_by_args.plain  # its elements carry a group: the general statement
+    assert not RunBatch.build(grouped, EnqueueOptions(), [(1,)]).plain  # a group per run
 
 
 def test_a_plain_single_run_inserts_what_the_general_statement_does(
@@ -591,6 +591,7 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
     """enqueue_run_plain.sql (one run due now, without key, group, parent, headers or
     batch) writes the same row, flagged the same way, and answers the same (id, key) as
     enqueue_run.sql; every other single run takes the general statement."""
+    from pgqueue.enqueue import encoding
     from pgqueue.enqueue import inserts as _inserts
     from pgqueue.tasks.task import EnqueueOptions
 
@@ -611,7 +612,12 @@ def test_a_plain_single_run_inserts_what_the_general_statement_does(
         row = task.make_row(args, kwargs, EnqueueOptions())
         op = _inserts.Insert(app.database, [row])
         assert op.query == _sql.query("enqueue_run_plain")
-        general = _inserts._fields(row) | {"headers": None, "batch_id": None, "notify": True}
+        general = {
+            "run": encoding.encode(row),
+            "headers": None,
+            "batch_id": None,
+            "notify": True,
+        }
         stored = []
         for query, params in ((op.query, op.params), (_sql.query("enqueue_run"), general)):
             found = op.found(conn.execute(query, params).fetchone())

@@ -160,16 +160,18 @@ def test_enqueue_statements_read_no_runs(conn: psycopg.Connection[Any]) -> None:
         SELECT 't', 'default', 'succeeded', now(), 'key-' || g FROM generate_series(1, 20000) g;
         ANALYZE pgqueue.runs;
     """)
-    shared = dict.fromkeys(
-        ("group_key", "timeout_seconds", "run_at", "delay", "parent_id"), None
-    ) | {"task": "t", "queue": "default", "priority": 0, "max_attempts": 3, "notify": True}
-    shared["headers"] = None
-    shared["batch_id"] = None
-    batch = shared | {"runs": '[[[1], {}], [[2], {}, null, "key-1"]]'}
-    one = shared | {"args": "[1]", "kwargs": "{}", "idempotency_key": "key-1"}
+    run = '[[1], {}, null, "key-1", "t", "default", 0, 3]'
+    common = {"notify": True, "headers": None, "batch_id": None}
+    batch = common | {"runs": f'[[[2], {{}}, null, null, "t", "default", 0, 3], {run}]'}
+    many = common | {
+        "runs": '[[[1], {}], [[2], {}, "g"]]',
+        "shared": '[[], {}, null, null, "t", "default", 0, 3]',
+        "grouped": True,
+    }
+    one = common | {"runs": f"[{run}]", "run": run}
     for name, params in (
         ("enqueue_runs", batch),
-        ("enqueue_runs_plain", batch),
+        ("enqueue_runs_plain", many),
         ("enqueue_runs_keyed", batch),
         ("enqueue_run", one),
         ("enqueue_run_plain", one),
