@@ -6,7 +6,7 @@ import time
 
 import click
 
-from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, table
+from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, recorded, table
 from pgqueue.db import connect as db
 from pgqueue.ops import retention
 
@@ -65,9 +65,10 @@ def prune(
 ) -> None:
     """Delete finished runs (with their steps and errors) older than --older-than."""
     age = retention.parse_duration(older_than)
-    deleted = open_app(dsn, embedded).prune(
-        age, states=states or retention.FINISHED_STATES, events=events
-    )
+    app = open_app(dsn, embedded)
+    deleted = app.prune(age, states=states or retention.FINISHED_STATES, events=events)
+    target = {"older_than": older_than, "states": list(states) or None, "events": events}
+    recorded(app, "prune", target=target, count=sum(deleted.values()))
     if as_json:
         echo_json(deleted)
     else:
