@@ -78,7 +78,7 @@ def test_every_state_changing_command_is_recorded(
             "cli",
             "prune",
             None,
-            {"older_than": "1d", "states": ["canceled"], "events": False},
+            {"older_than": "1d", "states": ["canceled"], "events": False, "audit": False},
             0,
             None,
         ),
