@@ -21,7 +21,7 @@ from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import operator as _operator
 from pgqueue.schedules import schedule as _schedules
-from pgqueue.states import FINISHED_STATES, STATES, RunState
+from pgqueue.states import FINISHED_STATES, LIVE_STATES, STATES, RunState
 from pgqueue.tasks import registry as _registry
 
 PAGE_SIZE = 50
@@ -111,8 +111,8 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
     time (finished states) rather than by id. A state with a queue or a task reads an
     index keyed by them, so that every run it reads matches those: the page is exact at
     any depth; so does a group of queued runs in a queue whose runs are `flagged`
-    limited. Other filters (a group elsewhere, q, arg, a task on unfinished runs) apply to
-    the runs read, at most SCAN a page."""
+    limited. Other filters (a group elsewhere, q, arg, no state) apply to the runs read,
+    at most SCAN a page."""
     state = filt.state
     if state in FINISHED_STATES:
         if filt.task is not None:
@@ -123,9 +123,12 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+    if state == RunState.QUEUED and filt.queue is not None and filt.group is not None and flagged:
+        return states_query("dashboard_runs_queued_group"), False
+    if state is not None and filt.task is not None:  # an unfinished state: task, then state
+        name = "dashboard_runs_live_task"
+        return states_query(name, window=LIVE_STATES, states=(state,)), False
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
-        if filt.queue is not None and filt.group is not None and flagged:
-            return states_query("dashboard_runs_queued_group"), False
         if filt.queue is not None:
             return states_query("dashboard_runs_queued_queue"), False
         return states_query("dashboard_runs_queued"), False

@@ -75,6 +75,8 @@ def all_pages(web: TestClient, query: str) -> list[list[dict[str, Any]]]:
         ("state=failed&task=old", 100),
         ("state=succeeded&queue=q&task=old", 200),
         ("state=scheduled&queue=few", 50),
+        ("state=queued&task=r", 300),
+        ("state=queued&queue=rare&task=r", 300),
     ],
 )
 def test_a_filtered_list_is_full_at_any_depth(
@@ -88,13 +90,18 @@ def test_a_filtered_list_is_full_at_any_depth(
     runs = [r for p in pages for r in p]
     assert len(runs) == expected
     assert len({r["id"] for r in runs}) == expected
-    key = "finished_at" if "task=" in query else "id"
+    finished = any(f"state={s}" in query for s in ("succeeded", "failed", "canceled"))
+    key = "finished_at" if finished else "id"
     order = [r[key] for r in runs]
     assert order == sorted(order, reverse=True)
 
 
 def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
     conn = deep
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, run_at) SELECT 'once', 'later',"
+        " 'scheduled', now() + interval '1 hour' FROM generate_series(1, 20); ANALYZE pgqueue.runs"
+    )
     page = {**FILTERS, **START}
     cases = [
         (data.RunFilter(state="queued", queue="rare"), "runs_claim_idx"),
@@ -105,6 +112,9 @@ def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
         (data.RunFilter(state="failed", task="old"), "runs_finished_task_idx"),
         (data.RunFilter(state="canceled", queue="q"), "runs_finished_queue_idx"),
         (data.RunFilter(state="failed", queue="q"), "runs_finished_queue_idx"),
+        (data.RunFilter(state="queued", task="r"), "runs_live_task_idx"),
+        (data.RunFilter(state="scheduled", task="once"), "runs_live_task_idx"),
+        (data.RunFilter(state="scheduled", queue="later", task="once"), "runs_live_task_idx"),
     ]
     for filt, index in cases:
         query, _ = data.runs_query(filt)
@@ -113,6 +123,11 @@ def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
     query, _ = data.runs_query(data.RunFilter(state="queued", queue="rare"))
     read = rows_read(conn, query, {**page, "queue": "rare"})
     assert read["runs_claim_idx"] <= 300 + 10, read
+    # one task's 300 queued runs, behind 30,000 of another task: 300 entries of
+    # runs_live_task_idx (migration 0026)
+    query, _ = data.runs_query(data.RunFilter(state="queued", task="r"))
+    read = rows_read(conn, query, {**page, "task": "r"})
+    assert read["runs_live_task_idx"] <= 300 + 10, read
 
 
 def test_counts_are_exact_when_small_and_estimates_otherwise(
