@@ -110,7 +110,7 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
     """The statement of a page of runs matching `filt`, and whether it pages by finish
     time (finished states) rather than by id. A state with a queue or a task reads an
     index keyed by them, so that every run it reads matches those: the page is exact at
-    any depth; so does a group of queued runs in a queue whose runs are `flagged`
+    any depth; so does a group's unfinished runs in a queue whose runs are `flagged`
     limited. Other filters (a group elsewhere, q, arg, no state) apply to the runs read,
     at most SCAN a page."""
     state = filt.state
@@ -123,8 +123,11 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
-    if state == RunState.QUEUED and filt.queue is not None and filt.group is not None and flagged:
+    grouped = filt.queue is not None and filt.group is not None and flagged
+    if state == RunState.QUEUED and grouped:
         return states_query("dashboard_runs_queued_group"), False
+    if state in LIVE_STATES and grouped:
+        return states_query("dashboard_runs_live_group", window=LIVE_STATES), False
     if state is not None and filt.task is not None:  # an unfinished state: task, then state
         name = "dashboard_runs_live_task"
         return states_query(name, window=LIVE_STATES, states=(state,)), False
@@ -207,13 +210,19 @@ def list_runs(
     """A page of runs, newest first, and the cursor of the next page (None: no more).
     Queued, scheduled and waiting runs carry `why`: what keeps each from running."""
     flagged = False
-    if filt.state == RunState.QUEUED and filt.queue is not None and filt.group is not None:
+    if filt.state in LIVE_STATES and filt.queue is not None and filt.group is not None:
         row = conn.execute(_sql.query("dashboard_queue_flagged"), {"queue": filt.queue})
         found = row.fetchone()
         flagged = bool(found and found[0])
     query, by_finish = runs_query(filt, flagged)
     before_at, before_id = parse_cursor(cursor, by_finish)
-    params = {**filt.params(), "limit": limit, "scan": SCAN, "before_id": before_id}
+    params = {
+        **filt.params(),
+        "state": filt.state,
+        "limit": limit,
+        "scan": SCAN,
+        "before_id": before_id,
+    }
     if by_finish:
         params["before_at"] = before_at
     with conn.cursor(row_factory=dict_row) as cur:

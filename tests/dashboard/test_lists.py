@@ -211,3 +211,35 @@ def test_a_group_of_a_limited_queue_is_listed_from_its_index(
     assert_reads(conn, query, params, "runs_group_claim_idx")
     read = rows_read(conn, query, params)
     assert read["runs_group_claim_idx"] <= 150 + 10, read
+
+
+def test_a_group_of_a_limited_queue_is_listed_in_any_unfinished_state(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """One group's scheduled runs of a limited queue, behind 20,000 queued runs of other
+    groups, come at once, through runs_group_order_idx (queue, group_key, id): the state
+    applies to the group's unfinished runs only."""
+    conn.execute(
+        "INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('crawl', 1);"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited, state, run_at) "
+        "SELECT 't', 'crawl', 'g7', true, 'scheduled', now() + interval '1 hour'"
+        " FROM generate_series(1, 150) i;"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited) "
+        "SELECT 't', 'crawl', 'g7', true FROM generate_series(1, 30);"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited, state, run_at) "
+        "SELECT 't', 'crawl', 'g' || (i % 50 + 10), true, 'scheduled', now() + interval '1 hour'"
+        " FROM generate_series(1, 20000) i;"
+        "ANALYZE pgqueue.runs"
+    )
+    pages = all_pages(web, "state=scheduled&queue=crawl&group=g7")
+    runs = [r for p in pages for r in p]
+    assert len(runs) == 150 and {(r["group_key"], r["state"]) for r in runs} == {
+        ("g7", "scheduled")
+    }
+    assert [len(p) for p in pages[:-1]] == [100] * (len(pages) - 1)
+    filt = data.RunFilter(state="scheduled", queue="crawl", group="g7")
+    query, _ = data.runs_query(filt, flagged=True)
+    params = {**FILTERS, **START, **filt.params(), "state": "scheduled"}
+    assert_reads(conn, query, params, "runs_group_order_idx")
+    read = rows_read(conn, query, params)
+    assert read["runs_group_order_idx"] <= 180 + 10, read
