@@ -476,7 +476,8 @@ EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an 
 def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
     """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
-    (a state, with a queue, or for finished runs a task); otherwise the planner's
+    (a state, with a queue or a task: runs_live_task_idx, runs_finished_task_idx);
+    otherwise the planner's
     estimate, labelled as one. None for a text search (`q`), which no index answers."""
     if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
@@ -487,8 +488,6 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     assert plan is not None
     estimate = int(plan[0][0]["Plan"]["Plan Rows"])
     indexed = filt.state is not None and filt.group is None
-    if filt.task is not None and filt.state not in FINISHED_STATES:
-        indexed = False
     if indexed and estimate <= EXACT_UP_TO:
         counted = conn.execute(
             states_query("dashboard_count", states=states),

@@ -135,6 +135,11 @@ def test_counts_are_exact_when_small_and_estimates_otherwise(
 ) -> None:
     small = web.get("/api/runs/count?state=queued&queue=rare").json()
     assert small == {"count": 300, "exact": True}
+    by_task = web.get("/api/runs/count?state=queued&task=r").json()
+    assert by_task == {"count": 300, "exact": True}  # runs_live_task_idx (migration 0026)
+    query = data.states_query("dashboard_count", states=("queued",))
+    params = {"queue": None, "task": "r", "group": None, "cap": data.EXACT_UP_TO + 1}
+    assert_reads(deep, query, params, "runs_live_task_idx")
     big = web.get("/api/runs/count?state=succeeded&task=common").json()
     assert big["exact"] is False
     assert 30_000 <= big["count"] <= 120_000
