@@ -248,3 +248,38 @@ def test_a_group_of_a_limited_queue_is_listed_in_any_unfinished_state(
     assert_reads(conn, query, params, "runs_group_order_idx")
     read = rows_read(conn, query, params)
     assert read["runs_group_order_idx"] <= 180 + 10, read
+
+
+@pytest.mark.parametrize(
+    ("filt", "index", "bounded"),
+    [
+        (data.RunFilter(arg='{"user_id": 42}'), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(q="nothing like it"), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(task="r"), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(queue="rare"), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(state="queued", queue="bulk", group="g1"), "runs_claim_idx", "runs_pkey"),
+        (
+            data.RunFilter(state="scheduled", queue="later", group="g1"),
+            "runs_scheduled_idx",
+            "runs_pkey",
+        ),
+        (
+            data.RunFilter(state="succeeded", task="old", arg="[1]"),
+            "runs_finished_task_idx",
+            "runs_finished_task_idx",
+        ),
+    ],
+)
+def test_the_bounded_filters_read_at_most_a_scan_a_page(
+    deep: psycopg.Connection[Any], filt: data.RunFilter, index: str, bounded: str
+) -> None:
+    """The filters no index is keyed by (an argument, the search box, no state, a group
+    where no limits apply) read the list's index and at most SCAN runs a page, however
+    rarely they match: short pages with a cursor, never a slow one (docs/dashboard.md).
+    (A list of one state and queue reads that state's ids of the queue from its index,
+    which is not in id order, and fetches the newest SCAN of them.)"""
+    query, _ = data.runs_query(filt)
+    params = {**FILTERS, **START, **filt.params(), "state": filt.state}
+    assert_reads(deep, query, params, index)
+    read = rows_read(deep, query, params)
+    assert read[bounded] <= data.SCAN + 10, read
