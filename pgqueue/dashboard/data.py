@@ -477,8 +477,8 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
     (a state, with a queue or a task: runs_live_task_idx, runs_finished_task_idx);
-    otherwise the planner's
-    estimate, labelled as one. None for a text search (`q`), which no index answers."""
+    otherwise the planner's estimate, labelled as one. None for a text search (`q`), an
+    argument or an error class, which no index answers."""
     if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
     states = (filt.state,) if filt.state is not None else STATES

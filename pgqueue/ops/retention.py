@@ -39,11 +39,12 @@ class Retention:
     failed: timedelta | None = timedelta(days=30)
     canceled: timedelta | None = timedelta(days=30)
     events: timedelta | None = timedelta(days=30)
-    # Longer than any run's: who cancelled or retried a run may be asked after the run has
-    # gone (an entry keeps its run's id, not the run).
-    audit: timedelta | None = timedelta(days=90)
     interval: float = 60.0
     batch: int = BATCH
+    # Longer than any run's: who cancelled or retried a run may be asked after the run has
+    # gone (an entry keeps its run's id, not the run). Last: Retention's positional
+    # fields before it keep their places.
+    audit: timedelta | None = timedelta(days=90)
 
     def __post_init__(self) -> None:
         if self.batch < 1:
