@@ -17,6 +17,7 @@ import click
 from pgqueue.app import App
 from pgqueue.db import connect as db
 from pgqueue.errors import UserError
+from pgqueue.ops import audit as _audit
 from pgqueue.runs.terminal import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,6 +96,23 @@ def open_app(
         ctx.call_on_close(app.close)
     app.check_schema()
     return app
+
+
+def recorded(
+    app: App,
+    action: str,
+    *,
+    run_id: int | None = None,
+    target: dict[str, Any] | None = None,
+    count: int = 1,
+    reason: str | None = None,
+) -> None:
+    """A state-changing command's action in the audit log the dashboard shows
+    (pgqueue.ops.audit), as "cli", under the dashboard's name for the same action."""
+    with app.connection() as conn:
+        _audit.record(
+            conn, _audit.CLI, action, run_id=run_id, target=target, count=count, reason=reason
+        )
 
 
 def echo_json(value: Any) -> None:

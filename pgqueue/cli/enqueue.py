@@ -6,7 +6,15 @@ import json
 
 import click
 
-from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, parse_json
+from pgqueue.cli._common import (
+    db_options,
+    echo_json,
+    fail,
+    json_option,
+    open_app,
+    parse_json,
+    recorded,
+)
 from pgqueue.db import sql as _sql
 
 
@@ -107,5 +115,7 @@ def emit(
             fail(f"--payload is not valid JSON ({exc.msg} at position {exc.pos})")
         except RecursionError:
             fail("--payload nests too deeply to parse: flatten it")
-    event_id = open_app(dsn, embedded).emit_event(event, key=key, payload=payload, delay=delay)
+    app = open_app(dsn, embedded)
+    event_id = app.emit_event(event, key=key, payload=payload, delay=delay)
+    recorded(app, "emit_event", target={"event": event, "key": key})
     click.echo(f"event {event_id} emitted")

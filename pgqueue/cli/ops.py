@@ -6,7 +6,7 @@ import time
 
 import click
 
-from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, table
+from pgqueue.cli._common import db_options, echo_json, fail, json_option, open_app, recorded, table
 from pgqueue.db import connect as db
 from pgqueue.ops import retention
 
@@ -54,6 +54,7 @@ def demo(dsn: str | None, embedded: bool, count: int) -> None:
     help="Only runs in this state (repeatable; default: every finished state).",
 )
 @click.option("--events", is_flag=True, help="Also delete events created before then.")
+@click.option("--audit", is_flag=True, help="Also delete audit log entries recorded before then.")
 @json_option
 def prune(
     dsn: str | None,
@@ -61,13 +62,20 @@ def prune(
     older_than: str,
     states: tuple[str, ...],
     events: bool,
+    audit: bool,
     as_json: bool,
 ) -> None:
     """Delete finished runs (with their steps and errors) older than --older-than."""
     age = retention.parse_duration(older_than)
-    deleted = open_app(dsn, embedded).prune(
-        age, states=states or retention.FINISHED_STATES, events=events
-    )
+    app = open_app(dsn, embedded)
+    deleted = app.prune(age, states=states or retention.FINISHED_STATES, events=events, audit=audit)
+    target = {
+        "older_than": older_than,
+        "states": list(states) or None,
+        "events": events,
+        "audit": audit,
+    }
+    recorded(app, "prune", target=target, count=sum(deleted.values()))
     if as_json:
         echo_json(deleted)
     else:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from pgqueue.cli import _bulk
-from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
+from pgqueue.cli._common import db_options, echo_json, json_option, open_app, recorded, table
 from pgqueue.ops.bulk import DEFAULT_BATCH, purge_filter
 from pgqueue.tasks.rates import KEEP, Keep
 
@@ -81,7 +81,9 @@ def _pause_command(name: str, paused: bool) -> None:
     @db_options
     @click.argument("queue")
     def command(dsn: str | None, embedded: bool, queue: str) -> None:
-        open_app(dsn, embedded).set_paused(queue, paused)
+        app = open_app(dsn, embedded)
+        app.set_paused(queue, paused)
+        recorded(app, name, target={"queue": queue})
         click.echo(f"queue {queue} {'paused' if paused else 'resumed'}")
 
     command.__doc__ = (
@@ -163,6 +165,16 @@ def queues_set(
         ordered=KEEP if ordered is None else ordered,
     )
     now = {q["queue"]: q for q in app.queue_summary()}[queue]
+    given = {
+        "concurrency": concurrency,
+        "group_concurrency": group_concurrency,
+        "rate_limit": rate_limit,
+        "group_rate_limit": group_rate_limit,
+        "ordered": ordered,
+    }
+    recorded(
+        app, "limits", target={"queue": queue} | {k: v for k, v in given.items() if v is not None}
+    )
     click.echo(
         f"queue {queue}: concurrency {new_c or 'unlimited'}, "
         f"group_concurrency {new_g or 'unlimited'}, "

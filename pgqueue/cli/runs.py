@@ -15,10 +15,10 @@ from pgqueue.cli._common import (
     fail,
     json_option,
     open_app,
+    recorded,
     table,
     when,
 )
-from pgqueue.ops import audit as _audit
 from pgqueue.ops.inspect import wait_text
 from pgqueue.runs.terminal import printable, seconds_text
 from pgqueue.states import STATES
@@ -126,7 +126,7 @@ def runs_cancel(
     _no_filters(bulk)
     app.get_run(run_id)
     if app.cancel(run_id, children=children, reason=reason):
-        recorded(app, "cancel", run_id, reason)
+        recorded(app, "cancel", run_id=run_id, reason=reason)
         click.echo(f"run {run_id} canceled" + (f": {printable(reason)}" if reason else ""))
     else:
         fail(f"run {run_id} has already finished; nothing to cancel")
@@ -147,16 +147,10 @@ def runs_retry(dsn: str | None, embedded: bool, run_id: int | None, **bulk: Any)
     _no_filters(bulk)
     app.get_run(run_id)
     if app.retry(run_id):
-        recorded(app, "retry", run_id, None)
+        recorded(app, "retry", run_id=run_id)
         click.echo(f"run {run_id} queued again")
     else:
         fail(f"run {run_id} has not finished; only finished runs can be retried")
-
-
-def recorded(app: Any, action: str, run_id: int, reason: str | None) -> None:
-    """The action in the audit log the dashboard shows (pgqueue.ops.audit), as "cli"."""
-    with app.connection() as conn:
-        _audit.record(conn, _audit.CLI, action, run_id=run_id, count=1, reason=reason)
 
 
 def _no_filters(bulk: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pgqueue.cli._common import db_options, echo_json, json_option, open_app, table
+from pgqueue.cli._common import db_options, echo_json, json_option, open_app, recorded, table
 
 SCHEDULE_COLUMNS = [
     "name",
@@ -41,7 +41,9 @@ def schedules(ctx: click.Context, dsn: str | None, embedded: bool, as_json: bool
 @click.argument("name")
 def schedules_pause(dsn: str | None, embedded: bool, name: str) -> None:
     """Stop NAME from firing until resumed."""
-    open_app(dsn, embedded).pause_schedule(name)
+    app = open_app(dsn, embedded)
+    app.pause_schedule(name)
+    recorded(app, "schedule_pause", target={"schedule": name})
     click.echo(f"schedule {name} paused")
 
 
@@ -50,7 +52,9 @@ def schedules_pause(dsn: str | None, embedded: bool, name: str) -> None:
 @click.argument("name")
 def schedules_resume(dsn: str | None, embedded: bool, name: str) -> None:
     """Let NAME fire again, from its next tick (ticks missed while paused are skipped)."""
-    open_app(dsn, embedded).resume_schedule(name)
+    app = open_app(dsn, embedded)
+    app.resume_schedule(name)
+    recorded(app, "schedule_resume", target={"schedule": name})
     click.echo(f"schedule {name} resumed")
 
 
@@ -60,7 +64,9 @@ def schedules_resume(dsn: str | None, embedded: bool, name: str) -> None:
 @json_option
 def schedules_trigger(dsn: str | None, embedded: bool, name: str, as_json: bool) -> None:
     """Enqueue one run of NAME now, outside its cron."""
-    handle = open_app(dsn, embedded).trigger_schedule(name)
+    app = open_app(dsn, embedded)
+    handle = app.trigger_schedule(name)
+    recorded(app, "schedule_trigger", run_id=handle.id, target={"schedule": name})
     if as_json:
         echo_json({"id": handle.id})
     else:

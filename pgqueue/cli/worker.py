@@ -38,17 +38,19 @@ class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click
         return age
 
 
-KEPT = ("succeeded", "failed", "canceled", "events")
+KEPT = ("succeeded", "failed", "canceled", "events", "audit")
 
 
 def retention_options(fn: F) -> F:
-    """--keep-succeeded/--keep-failed/--keep-canceled/--keep-events and --no-prune."""
+    """--keep-succeeded/--keep-failed/--keep-canceled/--keep-events/--keep-audit and
+    --no-prune."""
     defaults = retention.DEFAULT_RETENTION
     what = {
         "succeeded": "succeeded runs (with their steps and errors)",
         "failed": "failed runs",
         "canceled": "canceled runs",
         "events": "events (by created_at)",
+        "audit": "the audit log's entries (operators' actions, by time)",
     }
     fn = click.option(
         "--no-prune",
@@ -96,6 +98,7 @@ def worker_retention(
         failed=keep["failed"],
         canceled=keep["canceled"],
         events=keep["events"],
+        audit=keep["audit"],
     )
 
 
@@ -207,19 +210,21 @@ def worker(
     keep_failed: timedelta | None,
     keep_canceled: timedelta | None,
     keep_events: timedelta | None,
+    keep_audit: timedelta | None,
     no_prune: bool,
     reload: bool,
     reload_dirs: tuple[str, ...],
 ) -> None:
     """Run tasks until stopped (SIGTERM/SIGINT drain gracefully; a second one exits).
 
-    About once a minute the worker also deletes finished runs and events older than the
-    --keep-* ages (see docs/operations.md, Retention)."""
+    About once a minute the worker also deletes finished runs, events and audit entries
+    older than the --keep-* ages (see docs/operations.md, Retention)."""
     keep = {
         "succeeded": keep_succeeded,
         "failed": keep_failed,
         "canceled": keep_canceled,
         "events": keep_events,
+        "audit": keep_audit,
     }
     keep_history = worker_retention(ctx, no_prune, keep)
     if reload_dirs and not reload:

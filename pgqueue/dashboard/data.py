@@ -21,7 +21,7 @@ from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import operator as _operator
 from pgqueue.schedules import schedule as _schedules
-from pgqueue.states import FINISHED_STATES, STATES, RunState
+from pgqueue.states import FINISHED_STATES, LIVE_STATES, STATES, RunState
 from pgqueue.tasks import registry as _registry
 
 PAGE_SIZE = 50
@@ -110,9 +110,9 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
     """The statement of a page of runs matching `filt`, and whether it pages by finish
     time (finished states) rather than by id. A state with a queue or a task reads an
     index keyed by them, so that every run it reads matches those: the page is exact at
-    any depth; so does a group of queued runs in a queue whose runs are `flagged`
-    limited. Other filters (a group elsewhere, q, arg, a task on unfinished runs) apply to
-    the runs read, at most SCAN a page."""
+    any depth; so does a group's unfinished runs in a queue whose runs are `flagged`
+    limited. Other filters (a group elsewhere, q, arg, no state) apply to the runs read,
+    at most SCAN a page."""
     state = filt.state
     if state in FINISHED_STATES:
         if filt.task is not None:
@@ -123,9 +123,15 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+    grouped = filt.queue is not None and filt.group is not None and flagged
+    if state == RunState.QUEUED and grouped:
+        return states_query("dashboard_runs_queued_group"), False
+    if state in LIVE_STATES and grouped:
+        return states_query("dashboard_runs_live_group", window=LIVE_STATES), False
+    if state is not None and filt.task is not None:  # an unfinished state: task, then state
+        name = "dashboard_runs_live_task"
+        return states_query(name, window=LIVE_STATES, states=(state,)), False
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
-        if filt.queue is not None and filt.group is not None and flagged:
-            return states_query("dashboard_runs_queued_group"), False
         if filt.queue is not None:
             return states_query("dashboard_runs_queued_queue"), False
         return states_query("dashboard_runs_queued"), False
@@ -204,13 +210,19 @@ def list_runs(
     """A page of runs, newest first, and the cursor of the next page (None: no more).
     Queued, scheduled and waiting runs carry `why`: what keeps each from running."""
     flagged = False
-    if filt.state == RunState.QUEUED and filt.queue is not None and filt.group is not None:
+    if filt.state in LIVE_STATES and filt.queue is not None and filt.group is not None:
         row = conn.execute(_sql.query("dashboard_queue_flagged"), {"queue": filt.queue})
         found = row.fetchone()
         flagged = bool(found and found[0])
     query, by_finish = runs_query(filt, flagged)
     before_at, before_id = parse_cursor(cursor, by_finish)
-    params = {**filt.params(), "limit": limit, "scan": SCAN, "before_id": before_id}
+    params = {
+        **filt.params(),
+        "state": filt.state,
+        "limit": limit,
+        "scan": SCAN,
+        "before_id": before_id,
+    }
     if by_finish:
         params["before_at"] = before_at
     with conn.cursor(row_factory=dict_row) as cur:
@@ -464,8 +476,9 @@ EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an 
 def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
     """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
-    (a state, with a queue, or for finished runs a task); otherwise the planner's
-    estimate, labelled as one. None for a text search (`q`), which no index answers."""
+    (a state, with a queue or a task: runs_live_task_idx, runs_finished_task_idx);
+    otherwise the planner's estimate, labelled as one. None for a text search (`q`), an
+    argument or an error class, which no index answers."""
     if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
     states = (filt.state,) if filt.state is not None else STATES
@@ -475,8 +488,6 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     assert plan is not None
     estimate = int(plan[0][0]["Plan"]["Plan Rows"])
     indexed = filt.state is not None and filt.group is None
-    if filt.task is not None and filt.state not in FINISHED_STATES:
-        indexed = False
     if indexed and estimate <= EXACT_UP_TO:
         counted = conn.execute(
             states_query("dashboard_count", states=states),

@@ -47,7 +47,8 @@ PRODUCER_FUNCTIONS = ("enqueue", "emit_event", "enqueue_unique", "batch_settle")
 # list does not know (a later migration's) gets all four, as its default privileges give.
 WORKER_TABLES = {
     "alembic_version": ("SELECT",),
-    "audit": ("SELECT", "INSERT"),  # a dashboard run with the worker's role records its actions
+    # a dashboard run with the worker's role records its actions; the pruner deletes old ones
+    "audit": ("SELECT", "INSERT", "DELETE"),
     "events": DML,
     "finished_totals": ("SELECT", "INSERT", "UPDATE"),  # the tally adds to it
     "group_rates": DML,

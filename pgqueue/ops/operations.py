@@ -130,14 +130,16 @@ class Operator:
         *,
         states: Sequence[str] = _retention.FINISHED_STATES,
         events: bool = False,
+        audit: bool = False,
     ) -> dict[str, int]:
         """Delete runs in `states` that finished more than `older_than` (seconds or a
-        timedelta) ago, with their steps and errors, and events created before then with
-        events=True; in batches. Workers do this on their own (Worker(retention=...)).
-        Returns how many rows went, by state (and "events")."""
+        timedelta) ago, with their steps and errors, events created before then with
+        events=True, and audit entries recorded before then with audit=True; in batches.
+        Workers do this on their own (Worker(retention=...)). Returns how many rows went,
+        by state (and "events", "audit")."""
         age = older_than if isinstance(older_than, timedelta) else timedelta(seconds=older_than)
         with self.database.connection() as c:
-            return _retention.prune(c, age, states=states, events=events)
+            return _retention.prune(c, age, states=states, events=events, audit=audit)
 
     # -- bulk actions -------------------------------------------------------------------
 

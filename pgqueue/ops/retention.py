@@ -1,4 +1,5 @@
-"""Retention: how long finished runs and events are kept, and the pruning itself.
+"""Retention: how long finished runs, events and audit entries are kept, and the pruning
+itself.
 
 Workers prune on their own (pgqueue/worker/maintenance/pruner.py) with the Retention they
 are given; `pgqueue prune` and App.prune do it on demand. Deletes go in bounded batches, each
@@ -21,6 +22,8 @@ from pgqueue.states import FINISHED_STATES as FINISHED_STATES  # the states prun
 from pgqueue.states import RunState
 
 BATCH = 1000
+EVENTS = "events"  # what prune_step deletes besides the runs of a finished state
+AUDIT = "audit"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -28,8 +31,9 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 
 @dataclass(frozen=True)
 class Retention:
-    """How long finished runs (with their steps and errors) and events are kept.
-    None keeps them forever. `interval` is how often a worker prunes (seconds)."""
+    """How long finished runs (with their steps and errors), events and the audit log's
+    entries (pgqueue.audit: operators' actions) are kept. None keeps them forever.
+    `interval` is how often a worker prunes (seconds)."""
 
     succeeded: timedelta | None = timedelta(days=7)
     failed: timedelta | None = timedelta(days=30)
@@ -37,6 +41,10 @@ class Retention:
     events: timedelta | None = timedelta(days=30)
     interval: float = 60.0
     batch: int = BATCH
+    # Longer than any run's: who cancelled or retried a run may be asked after the run has
+    # gone (an entry keeps its run's id, not the run). Last: Retention's positional
+    # fields before it keep their places.
+    audit: timedelta | None = timedelta(days=90)
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -51,6 +59,13 @@ class Retention:
             RunState.CANCELED: self.canceled,
         }
         return {state: age for state, age in kept.items() if age is not None}
+
+    def targets(self) -> list[tuple[str, timedelta]]:
+        """What a worker's round prunes, in order: each finished state, then "events" and
+        "audit", with its age; those kept forever are left out."""
+        others = {EVENTS: self.events, AUDIT: self.audit}
+        kept = [(what, age) for what, age in others.items() if age is not None]
+        return list(self.by_state().items()) + kept
 
 
 DEFAULT_RETENTION = Retention()
@@ -73,18 +88,19 @@ def parse_duration(text: str) -> timedelta:
 
 
 def prune_step(
-    state: str | None, older_than: timedelta, limit: int, *, tallied_only: bool = False
+    target: str, older_than: timedelta, limit: int, *, tallied_only: bool = False
 ) -> tuple[LiteralString, Any]:
-    """The statement and parameters of one batch: runs of `state`, or events if None.
-    With `tallied_only` (the workers' pruner), runs the tally of finished runs has not
-    counted yet are left for a later batch."""
+    """The statement and parameters of one batch: runs of the finished state `target`, or
+    events (EVENTS), or audit entries (AUDIT). With `tallied_only` (the workers' pruner),
+    runs the tally of finished runs has not counted yet are left for a later batch."""
     params = {
-        "state": state,
+        "state": target,
         "older_than": older_than.total_seconds(),
         "limit": limit,
         "tallied_only": tallied_only,
     }
-    return _sql.query("prune_events" if state is None else "prune_runs"), params
+    name: LiteralString = {EVENTS: "prune_events", AUDIT: "prune_audit"}.get(target, "prune_runs")
+    return _sql.query(name), params
 
 
 # Runs whose finishing transaction began less than this long ago are left to a later
@@ -118,14 +134,15 @@ def prune(
     *,
     states: Iterable[str] = FINISHED_STATES,
     events: bool = False,
+    audit: bool = False,
     batch: int = BATCH,
 ) -> dict[str, int]:
     """Delete runs in `states` that finished more than `older_than` ago (and events
-    created before then, with events=True), in batches, then the completed batches
-    (app.batch()) left without members or callback. Returns counts by state (and
-    "events", "batches")."""
+    created before then, with events=True; audit entries recorded before then, with
+    audit=True), in batches, then the completed batches (app.batch()) left without
+    members or callback. Returns counts by state (and "events", "audit", "batches")."""
     deleted: dict[str, int] = {}
-    targets: list[str | None] = []
+    targets: list[str] = []
     for state in states:
         if state not in FINISHED_STATES:
             raise UserError(
@@ -133,8 +150,8 @@ def prune(
                 f"({', '.join(FINISHED_STATES)}) are pruned"
             )
         targets.append(state)
-    if events:
-        targets.append(None)
+    runs = bool(targets)
+    targets += [EVENTS] * events + [AUDIT] * audit
     fold_tally(conn)
 
     def until_short(step: tuple[LiteralString, Any]) -> int:
@@ -145,7 +162,7 @@ def prune(
         return total + n
 
     for target in targets:
-        deleted[target or "events"] = until_short(prune_step(target, older_than, batch))
-    if targets and targets != [None]:
+        deleted[target] = until_short(prune_step(target, older_than, batch))
+    if runs:
         deleted["batches"] = until_short(prune_batches_step(batch))
     return deleted

@@ -1,8 +1,9 @@
 -- The page of a dashboard_runs_* statement, from its CTE `scanned` (the runs read after
 -- the cursor, with the list's columns): those that match the filters, newest first, at
--- most %(limit)s (`arg`: a JSON value the run's kwargs (an object) or args (an array, or
--- a scalar among them) contain), each row also saying how many runs were read and the last id read (the
--- next page starts there when fewer than %(limit)s matched). Without a match, one row of
+-- most %(limit)s (`state`: for a list whose index is not keyed by the state; `arg`: a
+-- JSON value the run's kwargs (an object) or args (an array, or a scalar among them)
+-- contain), each row also saying how many runs were read and the last id read (the next
+-- page starts there when fewer than %(limit)s matched). Without a match, one row of
 -- NULLs but for those two.
 ended AS (
     SELECT count(*) AS scanned, min(id) AS last_id FROM scanned
@@ -15,6 +16,7 @@ LEFT JOIN LATERAL (
            s.finished_at, s.cancel_reason
     FROM scanned s
     WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
+      AND (%(state)s::text IS NULL OR s.state = %(state)s::text)
       AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
       AND (%(group)s::text IS NULL OR s.group_key = %(group)s::text)
       AND (%(error_class)s::text IS NULL

@@ -67,6 +67,28 @@ def test_prune_cli_deletes_in_batches_with_cascades(
         "canceled": 2500,
         "batches": 0,
     }
+    # --audit: the audit log's entries recorded before then (the prunes above recorded
+    # theirs just now: kept), and the prune records itself.
+    conn.execute(
+        "INSERT INTO pgqueue.audit (at, actor, action) VALUES (now() - interval '8 days',"
+        " 'cli', 'cancel'), (now() - interval '6 days', 'cli', 'retry')"
+    )
+    code, out, _ = cli(
+        capsys,
+        "prune",
+        "--older-than",
+        "7d",
+        "--state",
+        "failed",
+        "--audit",
+        "--dsn",
+        app.dsn,
+        "--json",
+    )
+    assert code == 0 and json.loads(out) == {"failed": 0, "audit": 1, "batches": 0}
+    actions = [r[0] for r in conn.execute("SELECT action FROM pgqueue.audit ORDER BY id")]
+    assert actions == ["prune", "prune", "retry", "prune"]
+    assert app.prune(timedelta(days=5), states=[], audit=True) == {"audit": 1}
     assert_user_error(cli(capsys, "prune", "--older-than", "soon", "--dsn", app.dsn), "duration")
 
 
@@ -139,6 +161,10 @@ def test_worker_cli_retention_options(
     assert given.pop() == pgqueue.Retention(succeeded=timedelta(hours=36), failed=None)
     assert cli(capsys, *base, "--keep-canceled", "90", "--keep-events", "2w")[0] == 0
     assert given.pop() == pgqueue.Retention(canceled=timedelta(seconds=90), events=timedelta(14))
+    assert cli(capsys, *base, "--keep-audit", "365d")[0] == 0
+    assert given.pop() == pgqueue.Retention(audit=timedelta(days=365))
+    assert cli(capsys, *base, "--keep-audit", "forever")[0] == 0
+    assert given.pop() == pgqueue.Retention(audit=None)
     assert cli(capsys, *base, "--no-prune")[0] == 0
     assert given.pop() is None
     _cli.run(

@@ -75,6 +75,7 @@ def assert_reads(
 
 
 FILTERS = {
+    "state": None,
     "queue": None,
     "task": None,
     "group": None,

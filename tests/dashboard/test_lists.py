@@ -75,6 +75,8 @@ def all_pages(web: TestClient, query: str) -> list[list[dict[str, Any]]]:
         ("state=failed&task=old", 100),
         ("state=succeeded&queue=q&task=old", 200),
         ("state=scheduled&queue=few", 50),
+        ("state=queued&task=r", 300),
+        ("state=queued&queue=rare&task=r", 300),
     ],
 )
 def test_a_filtered_list_is_full_at_any_depth(
@@ -88,13 +90,18 @@ def test_a_filtered_list_is_full_at_any_depth(
     runs = [r for p in pages for r in p]
     assert len(runs) == expected
     assert len({r["id"] for r in runs}) == expected
-    key = "finished_at" if "task=" in query else "id"
+    finished = any(f"state={s}" in query for s in ("succeeded", "failed", "canceled"))
+    key = "finished_at" if finished else "id"
     order = [r[key] for r in runs]
     assert order == sorted(order, reverse=True)
 
 
 def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
     conn = deep
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, run_at) SELECT 'once', 'later',"
+        " 'scheduled', now() + interval '1 hour' FROM generate_series(1, 20); ANALYZE pgqueue.runs"
+    )
     page = {**FILTERS, **START}
     cases = [
         (data.RunFilter(state="queued", queue="rare"), "runs_claim_idx"),
@@ -105,6 +112,9 @@ def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
         (data.RunFilter(state="failed", task="old"), "runs_finished_task_idx"),
         (data.RunFilter(state="canceled", queue="q"), "runs_finished_queue_idx"),
         (data.RunFilter(state="failed", queue="q"), "runs_finished_queue_idx"),
+        (data.RunFilter(state="queued", task="r"), "runs_live_task_idx"),
+        (data.RunFilter(state="scheduled", task="once"), "runs_live_task_idx"),
+        (data.RunFilter(state="scheduled", queue="later", task="once"), "runs_live_task_idx"),
     ]
     for filt, index in cases:
         query, _ = data.runs_query(filt)
@@ -113,6 +123,11 @@ def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
     query, _ = data.runs_query(data.RunFilter(state="queued", queue="rare"))
     read = rows_read(conn, query, {**page, "queue": "rare"})
     assert read["runs_claim_idx"] <= 300 + 10, read
+    # one task's 300 queued runs, behind 30,000 of another task: 300 entries of
+    # runs_live_task_idx (migration 0026)
+    query, _ = data.runs_query(data.RunFilter(state="queued", task="r"))
+    read = rows_read(conn, query, {**page, "task": "r"})
+    assert read["runs_live_task_idx"] <= 300 + 10, read
 
 
 def test_counts_are_exact_when_small_and_estimates_otherwise(
@@ -120,6 +135,11 @@ def test_counts_are_exact_when_small_and_estimates_otherwise(
 ) -> None:
     small = web.get("/api/runs/count?state=queued&queue=rare").json()
     assert small == {"count": 300, "exact": True}
+    by_task = web.get("/api/runs/count?state=queued&task=r").json()
+    assert by_task == {"count": 300, "exact": True}  # runs_live_task_idx (migration 0026)
+    query = data.states_query("dashboard_count", states=("queued",))
+    params = {"queue": None, "task": "r", "group": None, "cap": data.EXACT_UP_TO + 1}
+    assert_reads(deep, query, params, "runs_live_task_idx")
     big = web.get("/api/runs/count?state=succeeded&task=common").json()
     assert big["exact"] is False
     assert 30_000 <= big["count"] <= 120_000
@@ -196,3 +216,70 @@ def test_a_group_of_a_limited_queue_is_listed_from_its_index(
     assert_reads(conn, query, params, "runs_group_claim_idx")
     read = rows_read(conn, query, params)
     assert read["runs_group_claim_idx"] <= 150 + 10, read
+
+
+def test_a_group_of_a_limited_queue_is_listed_in_any_unfinished_state(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """One group's scheduled runs of a limited queue, behind 20,000 queued runs of other
+    groups, come at once, through runs_group_order_idx (queue, group_key, id): the state
+    applies to the group's unfinished runs only."""
+    conn.execute(
+        "INSERT INTO pgqueue.queues (name, group_concurrency) VALUES ('crawl', 1);"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited, state, run_at) "
+        "SELECT 't', 'crawl', 'g7', true, 'scheduled', now() + interval '1 hour'"
+        " FROM generate_series(1, 150) i;"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited) "
+        "SELECT 't', 'crawl', 'g7', true FROM generate_series(1, 30);"
+        "INSERT INTO pgqueue.runs (task, queue, group_key, limited, state, run_at) "
+        "SELECT 't', 'crawl', 'g' || (i % 50 + 10), true, 'scheduled', now() + interval '1 hour'"
+        " FROM generate_series(1, 20000) i;"
+        "ANALYZE pgqueue.runs"
+    )
+    pages = all_pages(web, "state=scheduled&queue=crawl&group=g7")
+    runs = [r for p in pages for r in p]
+    assert len(runs) == 150 and {(r["group_key"], r["state"]) for r in runs} == {
+        ("g7", "scheduled")
+    }
+    assert [len(p) for p in pages[:-1]] == [100] * (len(pages) - 1)
+    filt = data.RunFilter(state="scheduled", queue="crawl", group="g7")
+    query, _ = data.runs_query(filt, flagged=True)
+    params = {**FILTERS, **START, **filt.params(), "state": "scheduled"}
+    assert_reads(conn, query, params, "runs_group_order_idx")
+    read = rows_read(conn, query, params)
+    assert read["runs_group_order_idx"] <= 180 + 10, read
+
+
+@pytest.mark.parametrize(
+    ("filt", "index", "bounded"),
+    [
+        (data.RunFilter(arg='{"user_id": 42}'), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(q="nothing like it"), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(task="r"), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(queue="rare"), "runs_pkey", "runs_pkey"),
+        (data.RunFilter(state="queued", queue="bulk", group="g1"), "runs_claim_idx", "runs_pkey"),
+        (
+            data.RunFilter(state="scheduled", queue="later", group="g1"),
+            "runs_scheduled_idx",
+            "runs_pkey",
+        ),
+        (
+            data.RunFilter(state="succeeded", task="old", arg="[1]"),
+            "runs_finished_task_idx",
+            "runs_finished_task_idx",
+        ),
+    ],
+)
+def test_the_bounded_filters_read_at_most_a_scan_a_page(
+    deep: psycopg.Connection[Any], filt: data.RunFilter, index: str, bounded: str
+) -> None:
+    """The filters no index is keyed by (an argument, the search box, no state, a group
+    where no limits apply) read the list's index and at most SCAN runs a page, however
+    rarely they match: short pages with a cursor, never a slow one (docs/dashboard.md).
+    (A list of one state and queue reads that state's ids of the queue from its index,
+    which is not in id order, and fetches the newest SCAN of them.)"""
+    query, _ = data.runs_query(filt)
+    params = {**FILTERS, **START, **filt.params(), "state": filt.state}
+    assert_reads(deep, query, params, index)
+    read = rows_read(deep, query, params)
+    assert read[bounded] <= data.SCAN + 10, read

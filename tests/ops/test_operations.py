@@ -236,10 +236,22 @@ def test_worker_prunes_with_its_retention(app: pgqueue.App, conn: psycopg.Connec
         "INSERT INTO pgqueue.events (event, created_at) VALUES ('old', now() - interval '31 days'),"
         " ('new', now() - interval '29 days')"
     )
+    # The audit log's entries are kept 90 days.
+    conn.execute(
+        "INSERT INTO pgqueue.audit (at, actor, action) SELECT now() - interval '91 days',"
+        " 'cli', 'cancel' FROM generate_series(1, 3)"
+    )
+    conn.execute(
+        "INSERT INTO pgqueue.audit (at, actor, action) VALUES (now() - interval '89 days',"
+        " 'cli', 'retry')"
+    )
     retention = pgqueue.Retention(batch=2)  # default ages, tiny batches
     with InProcessWorker(app, retention=retention, queues=["none"]):
         wait_until(
-            lambda: scalar(app.dsn, "SELECT count(*) FROM pgqueue.events") == 1,
+            lambda: (
+                scalar(app.dsn, "SELECT count(*) FROM pgqueue.events") == 1
+                and scalar(app.dsn, "SELECT array_agg(action) FROM pgqueue.audit") == ["retry"]
+            ),
             message="the pruner's first round",
         )
     assert {r[0] for r in conn.execute("SELECT id FROM pgqueue.runs")} == keep

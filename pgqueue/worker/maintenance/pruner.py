@@ -1,5 +1,5 @@
-"""Deletes finished runs (their steps and errors cascade) and events past their
-retention, then completed batches whose members and callback are gone, in batches of
+"""Deletes finished runs (their steps and errors cascade), events and audit entries past
+their retention, then completed batches whose members and callback are gone, in batches of
 Retention.batch rows, each batch its own short statement. Every worker runs one; SKIP
 LOCKED lets them share the work without waiting."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import random
-from datetime import timedelta
 
 from pgqueue.ops.retention import Retention, prune_batches_step, prune_step
 from pgqueue.worker._service import Pool, Service
@@ -26,27 +25,27 @@ class Pruner(Service):
 
     async def tick(self) -> float:
         retention = self.retention
-        targets: list[tuple[str | None, timedelta]] = list(retention.by_state().items())
-        if retention.events is not None:
-            targets.append((None, retention.events))
         batches = 0
         deleted: dict[str, int] = {}
+        steps = [
+            (target, prune_step(target, age, retention.batch, tallied_only=True))
+            for target, age in retention.targets()
+        ]
+        if retention.by_state():
+            # completed batches whose members and callback are gone by now, before the
+            # audit log's entries: a worker role that may not delete those (made before
+            # audit pruning, not granted again) still prunes all the rest
+            steps.insert(
+                len(retention.by_state()), ("batches", prune_batches_step(retention.batch))
+            )
         async with self.pool.connection() as conn:
-            for state, age in targets:
+            for what, step in steps:
                 while batches < MAX_BATCHES:
-                    query, params = prune_step(state, age, retention.batch, tallied_only=True)
-                    cur = await conn.execute(query, params)
+                    cur = await conn.execute(*step)
                     batches += 1
-                    deleted[state or "events"] = deleted.get(state or "events", 0) + cur.rowcount
+                    deleted[what] = deleted.get(what, 0) + cur.rowcount
                     if cur.rowcount < retention.batch:
                         break
-            # completed batches whose members and callback are gone by now
-            while retention.by_state() and batches < MAX_BATCHES:
-                cur = await conn.execute(*prune_batches_step(retention.batch))
-                batches += 1
-                deleted["batches"] = deleted.get("batches", 0) + cur.rowcount
-                if cur.rowcount < retention.batch:
-                    break
         if any(deleted.values()):
             log.info(
                 "pruned %s",
