@@ -8,14 +8,14 @@ what it costs an enqueue and a worker (`python -m bench.dashboard_indexes --set
 live_task`).
 
 Revision ID: 0026
-Revises: 0024
+Revises: 0025
 """
 
 from alembic import op  # noqa: F401  (every revision has one: tests record through it)
 from pgqueue.migrations import online
 
 revision = "0026"
-down_revision = "0024"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 
