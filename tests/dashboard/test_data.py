@@ -71,7 +71,22 @@ def assert_reads(
     indexes, full = reads(plan(conn, query, params))
     assert not full, full
     missing = set(expected) - indexes
+    if missing <= LIVE and "runs_live_task_idx" in indexes:
+        # PostgreSQL 18 may skip-scan the (task, state, id) index of unfinished runs for a
+        # live state instead of that state's own index: it holds no history either
+        missing = set()
     assert not missing, (missing, indexes)
+
+
+# The partial indexes of one live state each.
+LIVE = {
+    "runs_claim_idx",
+    "runs_group_claim_idx",
+    "runs_lease_idx",
+    "runs_scheduled_idx",
+    "runs_wait_deadline_idx",
+    "runs_wait_event_idx",
+}
 
 
 FILTERS = {
@@ -166,7 +181,8 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
             query = _bulk.cancel_query(state, 1000)
         assert_reads(conn, query, filt | batch, index)
     # every live state's cancel reads a partial index of that state only (no sequential
-    # scan through history), with or without a queue
+    # scan through history), with or without a queue; PostgreSQL 18 may instead skip-scan
+    # the (task, state, id) index of unfinished runs, which holds no history either
     for state, indexes in (
         ("waiting", {"runs_wait_deadline_idx", "runs_wait_event_idx"}),
         ("scheduled", {"runs_scheduled_idx"}),
@@ -176,6 +192,7 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         for queue in ("default", None):
             query = _bulk.cancel_query(state, 1000)
             read, full = reads(plan(conn, query, filt | batch | {"queue": queue}))
+            indexes = indexes | {"runs_live_task_idx"}
             assert not full and read & indexes and read <= indexes, (state, queue, read)
 
 

@@ -200,6 +200,11 @@ def _events_of_change(
     out: list[Any] = []
     held = old_state == "running" and old_token is not None
     if new_state == "running" and new_token is not None and new_token != old_token:
+        if held and not old_valid:
+            # claimed again straight from an expired lease (no requeue between): the old
+            # attempt lost its lease, and its permit, when the lease expired
+            lost_at = min(at, old_expires) if old_expires is not None else at
+            out.append(LeaseLost(lost_at, run, token=old_token or "", why="rescued"))
         out.append(
             Claimed(
                 at,
