@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from typing import Any
 
@@ -18,6 +19,8 @@ from tests.helpers import plan_nodes
 from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
+# The index of each Bitmap Index Scan node of a JSON plan.
+BITMAP_INDEX = re.compile(r'"Node Type": "Bitmap Index Scan",[^{}]*?"Index Name": "(\w+)"')
 
 
 @pytest.fixture
@@ -88,7 +91,17 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     # of runs_claim_idx (ahead, onward, behind), and the update by the locked versions'
     # TIDs (no second walk down the primary key per run).
     for start in (FROM_FRONT, {"after_priority": 0, "after_id": 250_000}):
-        found = [s for s in scans(plan(big, "claim", claim | start)) if s[0] != "ModifyTable"]
+        text = plan(big, "claim", claim | start)
+        # now and then (a few ANALYZE samples in a hundred) the planner reads one of the
+        # three as a bitmap scan of runs_claim_idx: the same index
+        bitmaps = set(BITMAP_INDEX.findall(text))
+        found = [
+            ("Index Scan", "runs_claim_idx")
+            if kind == "Bitmap Heap Scan" and bitmaps - {"queues_pkey"} == {"runs_claim_idx"}
+            else (kind, index)
+            for kind, index in scans(text)
+            if kind != "ModifyTable"
+        ]
         assert sorted(index or kind for kind, index in found) == sorted(
             ["runs_claim_idx"] * 3 + ["Tid Scan"]
         ), found
