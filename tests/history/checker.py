@@ -13,7 +13,8 @@ empty list means the history is consistent with every guarantee below, by name:
 - limit: task bodies executing at any instant never exceed a queue's concurrency, nor
   its group_concurrency in one group. A body holds its permit from its start to its end,
   or until its lease was lost if that came first (its run was rescued: the permit went
-  with the lease).
+  with the lease). A body that starts after its lease was already lost (cut between the
+  claim and the start) holds no permit.
 - cron: a schedule's tick enqueues at most one run.
 - rollback: no run enqueued in a rolled-back transaction exists.
 """
@@ -216,7 +217,9 @@ def _limits(h: History) -> list[Violation]:
     out = []
     for queue, (limit, group_limit) in sorted(h.limits.items()):
         bodies = [e for e in h.of(Effect) if e.queue == queue and e.step is None]
-        spans = [(e, _permit_end(e, lost)) for e in bodies]
+        # a body whose lease was lost before it started holds no permit: its span would
+        # close before it opens (and, swept in time order, never close)
+        spans = [(e, end) for e in bodies if (end := _permit_end(e, lost)) > e.at]
         if limit is not None:
             out += _overlaps(spans, limit, f"queue {queue}")
         if group_limit is not None:

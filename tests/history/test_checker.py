@@ -62,6 +62,19 @@ def test_a_clean_history_has_no_violation() -> None:
     assert report([], h).startswith("history check: no violation")
 
 
+def test_a_body_started_after_its_lease_was_lost_holds_no_permit() -> None:
+    # run 9's lease is cut (lost at 4.0) before its body starts (4.2): the body holds no
+    # permit, so run 1's second attempt (5.6) is alone under the limit of 1; before, the
+    # span closed before it opened and stayed open to the end of the history
+    h = clean()
+    h.add(
+        Claimed(3.9, 9, attempt=1, token="t9"),
+        LeaseLost(4.0, 9, token="t9"),
+        Effect(4.2, 9, attempt=1, token="t9", queue="lim", group="h", end=4.3),
+    )
+    assert check(h) == []
+
+
 BROKEN: dict[str, tuple[str, list[Event]]] = {
     "lost": ("terminal", [Enqueued(0.0, 9)]),
     "unfinished": ("terminal", [Enqueued(0.0, 9), Final(9.0, 9, state="queued")]),
