@@ -1,4 +1,4 @@
-"""`pgqueue runs`: list, show, cancel and retry runs."""
+"""`pgqueue runs`: list, show, cancel and retry runs; the argument search index."""
 
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ from pgqueue.cli._common import (
     json_option,
     open_app,
     recorded,
+    resolve_dsn,
     table,
     when,
 )
+from pgqueue.db import connect as db
+from pgqueue.db import migrate
+from pgqueue.db import sql as _sql
 from pgqueue.ops.inspect import wait_text
 from pgqueue.runs.terminal import printable, seconds_text
 from pgqueue.states import STATES
@@ -161,3 +165,25 @@ def _no_filters(bulk: dict[str, Any]) -> None:
             f"give either a run id or filters, not both ({', '.join(names) or '--all'} "
             "with a run id)"
         )
+
+
+@runs.command("search-index")
+@db_options
+@click.option("--drop", is_flag=True, help="Drop the index instead.")
+def runs_search_index(dsn: str | None, embedded: bool, drop: bool) -> None:
+    """Build the index that makes the dashboard's argument filter exact at any depth.
+
+    Not built by `pgqueue migrate`: every enqueue, claim and finish writes its entries
+    (measured: 11-14% of processing). Built and dropped CONCURRENTLY: work goes on."""
+    with db.connect(resolve_dsn(dsn, embedded)) as conn:
+        if migrate.current(conn) is None:
+            fail("this database has no pgqueue schema: run pgqueue migrate first")
+        if drop:
+            conn.execute(_sql.query("args_index_drop"))
+            click.echo("dropped pgqueue.runs_args_idx: the argument filter reads 2,000 runs a page")
+            return
+        if conn.execute(_sql.query("args_index_ready")).fetchone() != (True,):
+            # a failed build leaves an invalid index, which IF NOT EXISTS would keep
+            conn.execute(_sql.query("args_index_drop"))
+            conn.execute(_sql.query("args_index_create"))
+        click.echo("pgqueue.runs_args_idx is ready: the dashboard's argument filter reads it")

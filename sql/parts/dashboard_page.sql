@@ -1,9 +1,9 @@
 -- The page of a dashboard_runs_* statement, from its CTE `scanned` (the runs read after
 -- the cursor, with the list's columns): those that match the filters, newest first, at
 -- most %(limit)s (`state`: for a list whose index is not keyed by the state; `arg`: a
--- JSON value the run's kwargs (an object) or args (an array, or a scalar among them)
--- contain), each row also saying how many runs were read and the last id read (the next
--- page starts there when fewer than %(limit)s matched). Without a match, one row of
+-- JSON value the run's arguments contain, parts/dashboard_arg_pattern.sql), each row
+-- also saying how many runs were read and the last id read (the next page starts there
+-- when fewer than %(limit)s matched). Without a match, one row of
 -- NULLs but for those two.
 ended AS (
     SELECT count(*) AS scanned, min(id) AS last_id FROM scanned
@@ -22,9 +22,7 @@ LEFT JOIN LATERAL (
       AND (%(error_class)s::text IS NULL
            OR split_part(split_part(coalesce(s.error, ''), E'\n', 1), ':', 1)
               = %(error_class)s::text)
-      AND (%(arg)s::jsonb IS NULL OR s.kwargs @> %(arg)s::jsonb OR s.args @> %(arg)s::jsonb
-           OR (jsonb_typeof(%(arg)s::jsonb) NOT IN ('object', 'array')
-               AND s.args @> jsonb_build_array(%(arg)s::jsonb)))
+      AND (%(arg)s::jsonb IS NULL OR (s.args || s.kwargs) @> ({{dashboard_arg_pattern}}))
       AND (%(q)s::text IS NULL OR s.id::text = %(q)s::text
            OR strpos(lower(s.task), lower(%(q)s::text)) > 0
            OR strpos(lower(s.group_key), lower(%(q)s::text)) > 0

@@ -12,7 +12,7 @@ COMMANDS = {
     "worker": set(),
     "enqueue": set(),
     "emit": set(),
-    "runs": {"list", "show", "cancel", "retry"},
+    "runs": {"list", "show", "cancel", "retry", "search-index"},
     "queues": {"pause", "resume", "set", "groups", "purge"},
     "schedules": {"pause", "resume", "trigger"},
     "workers": set(),

@@ -10,13 +10,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 pytest.importorskip("starlette")
 
 from fastapi.testclient import TestClient
 
 from pgqueue.dashboard import asgi, data
-from tests.dashboard.test_data import FILTERS, START, assert_reads, rows_read
+from tests.cli.helpers import assert_user_error, cli
+from tests.dashboard.test_data import FILTERS, START, assert_reads, plan_nodes, rows_read
 
 
 @pytest.fixture
@@ -171,12 +173,30 @@ def test_pickers_offer_queues_and_tasks(web: TestClient, deep: psycopg.Connectio
     assert '<datalist id="tasks">' in page and '<option value="old">' in page
 
 
-def test_search_by_argument_values(web: TestClient, conn: psycopg.Connection[Any]) -> None:
+def search_index(dsn: str, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    code, out, err = cli(capsys, "runs", "search-index", "--dsn", dsn, *args)
+    assert code == 0, (out, err)
+    return out
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["bounded", "runs_args_idx"])
+def test_search_by_argument_values(
+    web: TestClient,
+    conn: psycopg.Connection[Any],
+    dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    indexed: bool,
+) -> None:
+    """The same matches whether the filter reads runs_args_idx or a bounded scan."""
+    if indexed:
+        assert "ready" in search_index(dsn, capsys)
+        assert data.args_index_ready(conn)
     conn.execute(
         "INSERT INTO pgqueue.runs (task, args, kwargs) VALUES "
         '(\'pay\', \'[7, "eur"]\', \'{"user_id": 42, "plan": "pro"}\'), '
         "('pay', '[8, \"usd\"]', '{\"user_id\": 43}'), "
-        "('pay', '[]', '{\"user_id\": 42}')"
+        "('pay', '[]', '{\"user_id\": 42}'), "
+        "('ship', '[{\"user_id\": 44}]', '{}')"
     )
 
     def found(arg: str, state: str = "queued") -> int:
@@ -188,6 +208,9 @@ def test_search_by_argument_values(web: TestClient, conn: psycopg.Connection[Any
     assert found('{"user_id": 42, "plan": "pro"}') == 1
     assert found("7") == 1 and found('"usd"') == 1 and found("[8]") == 1
     assert found("9") == 0
+    assert found('{"user_id": 44}') == 1  # a positional object holds it
+    assert found('[{"user_id": 44}]') == 1
+    assert found('{"user_id": 42}', state="succeeded") == 0
     assert web.get("/api/runs", params={"arg": "{nope"}).status_code == 400
     page = web.get("/runs", params={"arg": '{"user_id": 43}'}).text
     assert page.count("<tr data-run=") == 1
@@ -283,3 +306,53 @@ def test_the_bounded_filters_read_at_most_a_scan_a_page(
     assert_reads(deep, query, params, index)
     read = rows_read(deep, query, params)
     assert read[bounded] <= data.SCAN + 10, read
+
+
+def test_an_indexed_argument_filter_is_full_at_any_depth(
+    web: TestClient,
+    conn: psycopg.Connection[Any],
+    dsn: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With runs_args_idx, the 250 runs of one customer, older than 60,000 others, come
+    in full pages, each read from the index (the bounded filter finds none of them in its
+    first pages); without it, the filter reads at most SCAN runs a page."""
+    conn.execute("""
+        INSERT INTO pgqueue.runs (task, queue, state, kwargs, finished_at)
+        SELECT 'bill', 'q', 'succeeded', jsonb_build_object('customer', i % 4),
+               now() - interval '2 days'
+        FROM generate_series(1, 1000) i;
+        INSERT INTO pgqueue.runs (task, queue, state, kwargs, finished_at)
+        SELECT 'common', 'q', 'succeeded', jsonb_build_object('n', i), now()
+        FROM generate_series(1, 60000) i;
+        ANALYZE pgqueue.runs;
+    """)
+    query = "arg=" + urllib.parse.quote('{"customer": 3}')
+    first = web.get(f"/api/runs?{query}&limit=100").json()
+    assert first["runs"] == [] and first["scanned"] == data.SCAN
+    assert "ready" in search_index(dsn, capsys)
+    conn.execute("ANALYZE pgqueue.runs")
+    pages = all_pages(web, query)
+    assert [len(p) for p in pages] == [100, 100, 50]
+    ids = [r["id"] for p in pages for r in p]
+    assert ids == sorted(ids, reverse=True) and len(set(ids)) == 250
+    assert max(ids) <= 1000 and all(i % 4 == 3 for i in ids)
+    # the statement reads the index, under the custom plan it is run with
+    statement = data.states_query("dashboard_runs_by_arg", states=data.STATES)
+    params = {**FILTERS, **START, "arg": '{"customer": 3}', "limit": 100}
+    row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params).fetchone()
+    assert row is not None
+    nodes = plan_nodes(row[0])
+    read = {n["Index Name"]: n["Actual Rows"] for n in nodes if n.get("Index Name")}
+    assert "runs_args_idx" in read, nodes
+    assert not [n for n in nodes if n.get("Node Type") == "Seq Scan"]
+    assert "dropped" in search_index(dsn, capsys, "--drop")
+    assert not data.args_index_ready(conn)
+    assert web.get(f"/api/runs?{query}&limit=100").json()["runs"] == []
+
+
+def test_search_index_needs_a_schema(
+    capsys: pytest.CaptureFixture[str], conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    conn.execute("DROP SCHEMA pgqueue CASCADE")
+    assert_user_error(cli(capsys, "runs", "search-index", "--dsn", dsn), "pgqueue migrate")
