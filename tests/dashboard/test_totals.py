@@ -120,6 +120,53 @@ def test_failures_are_grouped_by_task_and_error_class(
     assert left == [("fetch", 2), ("send", 3)]
 
 
+def test_a_failure_group_cancels_its_runs_waiting_to_retry(
+    web: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """Cancel retrying: the unfinished runs of the task whose last attempt failed with the
+    group's error class, and no other run (finished, another error, another task)."""
+    finish(conn, 2, "mail", "failed", task="send", error="SMTPError: 421")
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, attempt, run_at, error) VALUES"
+        " ('send', 'mail', 'scheduled', 1, now() + interval '1 hour', 'SMTPError: 421'),"
+        " ('send', 'mail', 'queued', 2, now(), 'SMTPError: 450'),"
+        " ('send', 'mail', 'scheduled', 1, now() + interval '1 hour', 'ValueError: x'),"
+        " ('fetch', 'mail', 'scheduled', 1, now() + interval '1 hour', 'SMTPError: 421'),"
+        " ('send', 'mail', 'queued', 0, now(), NULL)"
+    )
+    page = web.get("/failures").text
+    link = "/confirm?action=cancel&amp;task=send&amp;error_class=SMTPError"
+    assert link in page
+    asked = web.get(link.replace("&amp;", "&"))
+    assert '<strong id="confirm-count">2</strong>' in asked.text, asked.text
+    web.get("/")
+    done = web.post(
+        "/api/runs/bulk",
+        data={
+            "csrf": web.cookies["pgqueue_csrf"],
+            "action": "cancel",
+            "task": "send",
+            "error_class": "SMTPError",
+            "confirmed": "yes",
+        },
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303
+    states = conn.execute(
+        "SELECT task, state, coalesce(split_part(error, ':', 1), '-') FROM pgqueue.runs ORDER BY id"
+    ).fetchall()
+    assert states == [
+        ("send", "failed", "SMTPError"),
+        ("send", "failed", "SMTPError"),
+        ("send", "canceled", "SMTPError"),
+        ("send", "canceled", "SMTPError"),
+        ("send", "scheduled", "ValueError"),
+        ("fetch", "scheduled", "SMTPError"),
+        ("send", "queued", "-"),
+    ]
+
+
 def test_totals_and_failures_read_indexes(big: psycopg.Connection[Any]) -> None:  # noqa: F811
     """And the other new statements of the overview, the run page and the lists."""
     assert_reads(big, _sql.query("dashboard_totals"), {}, "runs_finished_idx")
