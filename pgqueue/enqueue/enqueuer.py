@@ -6,6 +6,7 @@ call runs the same SQL with the same parameter and result logic as its sync twin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ class Enqueuer:
         self.tracing: Tracing | None = None
         self.enqueue_deferrer: EnqueueDeferrer | None = None
         self._group_commit: GroupCommit | None = None
+        # event name -> the workflows started by each of its events (@app.workflow(on_event=))
+        self.subscribers: dict[str, list[Task[Any, Any]]] = {}
 
     def insert_runs(
         self, rows: Sequence[RunRow], *, conn: psycopg.Connection[Any] | None = None
@@ -158,7 +161,25 @@ class Enqueuer:
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """Emit an event: wakes every workflow waiting for (event, key) at once, or after
-        `delay` seconds. Joins the caller's transaction with `conn=`. Returns its id."""
+        `delay` seconds, and starts one run of each workflow subscribed to it
+        (@app.workflow(on_event=...)) in the same transaction. Joins the caller's
+        transaction with `conn=`. Returns its id."""
         params = _events.event_params(self.database, event, key, payload, delay)
         with self.database.connection(self.database.caller_connection(conn)) as c:
-            return _events.emit_event(c, params)
+            if event not in self.subscribers:
+                return _events.emit_event(c, params)
+            # one transaction: the caller's (a connection not in autocommit begins one at
+            # the first statement and leaves the commit to its owner), else our own
+            with c.transaction() if c.autocommit else contextlib.nullcontext():
+                event_id = _events.emit_event(c, params)
+                self.start_subscribers(c, event, event_id, payload)
+            return event_id
+
+    def start_subscribers(
+        self, conn: psycopg.Connection[Any], event: str, event_id: int, payload: Any
+    ) -> list[RunHandle]:
+        """Enqueue, on `conn` (in the transaction that emitted event `event_id`), one run
+        of each workflow subscribed to `event`, with the payload as its one argument;
+        idempotent on the event's id (pgqueue.tasks.task.EVENT_RUN_KEY)."""
+        rows = [task.event_row(event_id, payload) for task in self.subscribers.get(event, ())]
+        return self.insert_now(rows, conn, None) if rows else []

@@ -179,9 +179,16 @@ class Registry:
         on_success: Hook | None = None,
         on_failure: Hook | None = None,
         on_retry: Hook | None = None,
+        on_event: str | None = None,
     ) -> Task[Any, Any]:
-        """The Task for `fn`, added to `tasks` (named module.qualname unless `name=`)."""
+        """The Task for `fn`, added to `tasks` (named module.qualname unless `name=`).
+        A workflow with `on_event` is started by every event of that name emitted through
+        this App (app.emit_event, ctx.emit_event), with the payload as its argument."""
         task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if on_event is not None:
+            if not workflow:
+                raise TypeError(f"task {task_name!r}: on_event= is for @app.workflow")
+            check_name("event", on_event)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ValueError(f"two tasks are named {task_name!r}: give one of them name=...")
         task: Task[Any, Any] = Task(
@@ -200,6 +207,16 @@ class Registry:
             on_retry=on_retry,
             workflow=workflow,
         )
+        if on_event is not None:
+            try:
+                task.signature.bind(None)
+            except TypeError:
+                raise TypeError(
+                    f"workflow {task_name!r} is started by event {on_event!r}: it must take "
+                    "the event's payload as its one argument after the Context"
+                ) from None
+            subscribed = self.enqueuer.subscribers.setdefault(on_event, [])
+            subscribed[:] = [t for t in subscribed if t.name != task_name] + [task]
         self.tasks[task_name] = task
         return task
 

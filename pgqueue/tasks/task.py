@@ -212,9 +212,19 @@ class Task(Generic[P, R]):
             group=group,
         )
 
+    def event_row(self, event_id: int, payload: Any) -> RunRow:
+        """The run event `event_id` starts for this workflow (@app.workflow(on_event=)):
+        the payload as its one argument, keyed by the event so that it exists once."""
+        key = EVENT_RUN_KEY.format(event_id=event_id, task=self.name)
+        return self.make_row((payload,), {}, EnqueueOptions(idempotency_key=key))
+
     def run_ctx_args(self, ctx: Context, args: Sequence[Any]) -> Sequence[Any]:
         return [ctx, *args] if self.workflow else args
 
+
+# The idempotency key of the run an event starts for a subscribed workflow: one run per
+# emitted event and workflow, whatever retries the emitter makes of that insert.
+EVENT_RUN_KEY = "pgqueue.event:{event_id}:{task}"
 
 # A workflow function with this attribute true takes its Context only for the facts of
 # the attempt (run id, attempt, arguments), never for a durable operation, so

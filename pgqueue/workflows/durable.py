@@ -232,8 +232,9 @@ class Durable:
     def emit_event(
         self, name: str, event: str, key: str | None, payload: Any, delay: float | None
     ) -> int:
-        """Emit an event once for this run: the event and its step commit together, so a
-        replay (or a retry after a crash) returns the stored event id and emits nothing."""
+        """Emit an event once for this run: the event, the runs it starts for subscribed
+        workflows and its step commit together, so a replay (or a retry after a crash)
+        returns the stored event id and emits nothing."""
         params = _events.event_params(self.database, event, key, payload, delay)
         name = self.unique_name(name)
         rec = self.get(name)
@@ -241,6 +242,7 @@ class Durable:
             return int(rec.output["event_id"])
         with self.database.connection() as conn, conn.transaction():
             event_id = _events.emit_event(conn, params)
+            self.enqueuer.start_subscribers(conn, event, event_id, payload)
             out = _json.dumps({"event_id": event_id}, what="emit_event")
             self.record(name, StepState.SUCCEEDED, output=out, conn=conn)  # LeaseLost: rolled back
         return event_id
