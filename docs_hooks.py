@@ -1,11 +1,14 @@
 """MkDocs hooks (mkdocs.yml): README.md is the site's home page, CHANGELOG.md its changelog
 and bench/RESULTS.md its benchmarks page, so each text is written once. Their links are
-written for the repository's tree (README's `docs/sql.md`, the guides'
-`../bench/RESULTS.md`); these hooks point them at the site's pages instead."""
+written for the repository (README's are absolute URLs under the repository's URL, so
+that they work on the package index too: `REPO/blob/main/docs/sql.md`; the changelog's
+and the guides' are relative: `docs/sql.md`, `../bench/RESULTS.md`); these hooks point
+them at the site's pages instead, which mkdocs' strict build then checks."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,9 @@ PAGES = {
     "changelog.md": ROOT / "CHANGELOG.md",
     "benchmarks.md": ROOT / "bench" / "RESULTS.md",
 }
+REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+# A link's target: after "](" (inline) or "]: " (a reference definition)
+TARGET = r"(\]\(|\]: )"
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -27,6 +33,9 @@ def on_files(files: Files, config: Any) -> Files:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     if page.file.src_uri in ("index.md", "changelog.md"):
-        markdown = re.sub(r"\]\(docs/", "](", markdown)
-        markdown = re.sub(r"\]\(bench/RESULTS\.md", "](benchmarks.md", markdown)
+        tree = re.escape(REPOSITORY) + r"/(?:blob|raw)/main/"
+        markdown = re.sub(TARGET + tree + r"README\.md#", r"\1#", markdown)
+        markdown = re.sub(TARGET + tree, r"\1", markdown)
+        markdown = re.sub(TARGET + r"docs/", r"\1", markdown)
+        markdown = re.sub(TARGET + r"bench/RESULTS\.md", r"\1benchmarks.md", markdown)
     return re.sub(r"\]\(\.\./bench/RESULTS\.md", "](benchmarks.md", markdown)

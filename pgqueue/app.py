@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from pgqueue.db import payload as _json
 from pgqueue.db.database import NOTIFY_ENV, ConnectionProvider, Database, DsnSource
 from pgqueue.enqueue.enqueuer import EnqueueDeferrer, Enqueuer
 from pgqueue.ops.operations import Operator
 from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig, Registry
-from pgqueue.tasks.task import Task
+from pgqueue.tasks.task import Task, TaskDecorator, TaskKeywords
 from pgqueue.workflows.context import Context, SyncWrapper
 
 if TYPE_CHECKING:
@@ -207,12 +207,13 @@ class App:
     periodic = _Via("registry", Registry.periodic)
 
     @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
-    def task(
-        self, fn: None = None, /, **options: Any
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    def task(self, fn: None = None, /, **options: Unpack[TaskKeywords]) -> TaskDecorator: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         """Register a function as a task: `@app.task` or `@app.task(queue=..., ...)`.
@@ -229,7 +230,7 @@ class App:
 
     @overload
     def workflow(
-        self, fn: None = None, /, **options: Any
+        self, fn: None = None, /, **options: Unpack[TaskKeywords]
     ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:

@@ -17,6 +17,7 @@ from pgqueue.app import App
 from pgqueue.db import connect as db
 from pgqueue.db import sql as _sql
 from pgqueue.errors import RetryAfter
+from pgqueue.runs.handle import RunHandle
 from pgqueue.tasks.retry import RetryPolicy
 from pgqueue.workflows.context import Context, current
 
@@ -96,7 +97,7 @@ def run(dsn: str | None, count: int) -> None:
         f"{WORKFLOWS} onboarding workflows), one round trip per task ..."
     )
     t0 = time.perf_counter()
-    handles = thumbnail.enqueue_many([(i,) for i in range(count)])
+    handles: list[RunHandle[Any]] = thumbnail.enqueue_many([(i,) for i in range(count)])
     handles += flaky_api.enqueue_many([(i,) for i in range(side)])
     handles += rate_limited.enqueue_many([(i,) for i in range(side)])
     flows = onboarding.enqueue_many([(i,) for i in range(WORKFLOWS)])

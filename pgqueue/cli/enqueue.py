@@ -71,21 +71,20 @@ def enqueue(
                 f"unknown task {task!r}: no live worker registers it; pass --app MODULE:ATTR "
                 f"to check against your code{hint}"
             )
-    opts = {
-        k: v
-        for k, v in {
-            "queue": queue,
-            "delay": delay,
-            "priority": priority,
-            "max_attempts": max_attempts,
-            "idempotency_key": idempotency_key,
-            "unique_key": unique_key,
-            "unique_while": unique_while,
-            "unique_for": unique_for,
-        }.items()
-        if v is not None
-    }
-    handle = app.enqueue_by_name(task, args, kwargs, **opts)
+    # an option left out is None, as in EnqueueOptions: the task's own (or the default)
+    handle = app.enqueue_by_name(
+        task,
+        args,
+        kwargs,
+        queue=queue,
+        delay=delay,
+        priority=priority,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+        unique_key=unique_key,
+        unique_while=unique_while,
+        unique_for=unique_for,
+    )
     if as_json:
         echo_json({"id": handle.id, "created": handle.created})
     else:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import psycopg
 
@@ -27,6 +27,27 @@ from pgqueue.errors import InvalidArguments
 if TYPE_CHECKING:
     from pgqueue.db.database import Database
     from pgqueue.tasks.task import GroupFn, Task
+
+
+class EnqueueKeywords(TypedDict, total=False):
+    """The keywords of `Task.options(...)` (EnqueueOptions' fields, each optional), for
+    type checkers: a misspelt option or a value of the wrong type is a type error."""
+
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None
+    queue: str | None
+    priority: int | None
+    delay: float | timedelta | None
+    run_at: datetime | None
+    max_attempts: int | None
+    timeout: float | None
+    idempotency_key: str | None
+    group: str | None
+    parent_id: int | None
+    unique_key: str | Callable[..., str | None] | None
+    unique_while: str | None
+    unique_for: float | timedelta | None
+    on_duplicate: str | None
+    debounce: float | timedelta | None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """The RunHandle an enqueue returns: a run's id, and a way to read it and wait for its
-outcome (the Run record is pgqueue.runs.run's)."""
+outcome (the Run record is pgqueue.runs.run's). `RunHandle[R]` is generic in the task's
+return type: `send_email.enqueue(...)` is a `RunHandle[None]`, so `wait()` has the
+task's type for a type checker; a bare `RunHandle` (one made by hand, or by name) is
+`RunHandle[Any]`."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
 from pgqueue.db import faults as _faults
 from pgqueue.db import sql as _sql
@@ -19,32 +22,53 @@ from pgqueue.runs.run import Run
 from pgqueue.states import RunState
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
     from pgqueue.db.database import Database
+
+    # A handle's result type; a bare RunHandle is RunHandle[Any], also under --strict.
+    # typing.TypeVar takes default= only from Python 3.13: type checkers read this one,
+    # the interpreter the one below (a default changes nothing at run time).
+    R = TypeVar("R", default=Any)
+else:
+    from typing import TypeVar
+
+    R = TypeVar("R")
 
 PENDING: Any = object()  # outcome() of a run that has not finished
 
 
-@dataclass(frozen=True)
-class RunHandle:
-    """What enqueue returns: the run's id, and a way to wait for its outcome."""
+class HoldsDatabase(Protocol):
+    """What holds a Database: an App (`RunHandle(run_id, app)`)."""
+
+    @property
+    def database(self) -> Database: ...
+
+
+@dataclass(frozen=True, init=False)
+class RunHandle(Generic[R]):
+    """What enqueue returns: the run's id, and a way to wait for its outcome. `R` is the
+    type of the task's result (what `wait()` returns): the return type of the task's
+    function, or of its coroutine for an `async def` task."""
 
     id: int
-    database: Database  # RunHandle(run_id, app) takes the App's
+    database: Database
     created: bool = True
 
-    def __post_init__(self) -> None:
-        # a handle made by hand from an App (not by an enqueue): the App's database
-        database = getattr(self.database, "database", None)
-        if database is not None:
-            object.__setattr__(self, "database", database)
+    def __init__(self, id: int, database: Database | HoldsDatabase, created: bool = True) -> None:
+        # a handle made by hand from an App (not by an enqueue) takes the App's database
+        held = getattr(database, "database", None)
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "database", database if held is None else held)
+        object.__setattr__(self, "created", created)
 
     @classmethod
-    def many(cls, ids: Iterable[int], database: Database) -> list[RunHandle]:
+    def many(cls, ids: Iterable[int], database: Database) -> list[RunHandle[Any]]:
         """Handles of freshly created runs, for a batch: the same objects the constructor
         makes, without its three object.__setattr__ calls per handle (a frozen
-        dataclass's __init__), a third of what handing back a bulk enqueue cost."""
+        dataclass sets its fields so), a third of what handing back a bulk enqueue cost."""
         new = object.__new__
-        out: list[RunHandle] = []
+        out: list[RunHandle[Any]] = []
         append = out.append
         for run_id in ids:
             handle = new(cls)
@@ -62,8 +86,9 @@ class RunHandle:
         async with self.database.async_connection() as c:
             return await read.get_run_async(c, self.id)
 
-    def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
-        """Block until the run ends; return its result, or raise RunFailed, RunCanceled or
+    def wait(self, timeout: float | None = None, poll_interval: float = 1.0) -> R:
+        """Block until the run ends; return its result (the task's return value as JSON
+        gave it back: a tuple comes back a list), or raise RunFailed, RunCanceled or
         TimeoutError. Woken by the process's shared listener (pgqueue.runs.waiters: one
         connection for every waiter), which polls every poll_interval as a backstop. A
         database that cannot answer for a while (a lost connection, a failover, a
@@ -83,7 +108,7 @@ class RunHandle:
                 try:
                     run = self.get()
                     if (result := outcome(run)) is not PENDING:
-                        return result
+                        return cast("R", result)
                     state = run.state
                 except _faults.UNAVAILABLE:
                     pass  # looked at again after poll_interval
@@ -93,7 +118,7 @@ class RunHandle:
         finally:
             waiters.remove(waiter)
 
-    async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+    async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> R:
         """wait() for asyncio code: the same shared listener, backstop poll and outcome."""
         deadline = None if timeout is None else time.monotonic() + timeout
         event, wake = _waiters.loop_waker()
@@ -111,7 +136,7 @@ class RunHandle:
                 try:
                     run = await self.get_async()
                     if (result := outcome(run)) is not PENDING:
-                        return result
+                        return cast("R", result)
                     state = run.state
                 except _faults.UNAVAILABLE:
                     pass

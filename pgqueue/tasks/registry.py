@@ -3,17 +3,25 @@ registered under stable names, and schedules defined in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 
 from pgqueue.enqueue.checks import check_name
-from pgqueue.enqueue.options import EnqueueOptions, build_row
+from pgqueue.enqueue.options import EnqueueKeywords, EnqueueOptions, build_row
 from pgqueue.errors import InvalidArguments, OutOfRange, UnknownTask
 from pgqueue.schedules import schedule as _schedules
 from pgqueue.tasks.rates import parse_rate
 from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
-from pgqueue.tasks.task import GroupFn, Hook, Task, Validator
+from pgqueue.tasks.task import (
+    GroupFn,
+    Hook,
+    ScheduleDecorator,
+    Task,
+    TaskDecorator,
+    TaskKeywords,
+    Validator,
+)
 
 if TYPE_CHECKING:
     from pgqueue.enqueue.enqueuer import Enqueuer
@@ -130,12 +138,13 @@ class Registry:
     # -- tasks ----------------------------------------------------------------------------
 
     @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
-    def task(
-        self, fn: None = None, /, **options: Any
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    def task(self, fn: None = None, /, **options: Unpack[TaskKeywords]) -> TaskDecorator: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         """Register a function as a task: `@app.task` or `@app.task(queue=..., ...)`.
@@ -154,7 +163,7 @@ class Registry:
 
     @overload
     def workflow(
-        self, fn: None = None, /, **options: Any
+        self, fn: None = None, /, **options: Unpack[TaskKeywords]
     ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
@@ -239,7 +248,7 @@ class Registry:
         task: str,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueKeywords],
     ) -> RunHandle:
         """Enqueue a run of a task this process does not import (from the CLI, or from a
         service that only produces work): its arguments are checked by the worker. A
@@ -269,7 +278,7 @@ class Registry:
         queue: str | None = None,
         catch_up: bool = False,
         name: str | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> ScheduleDecorator:
         """Enqueue a task at every tick of `cron` (in zone `tz`) with `args`/`kwargs`.
 
         Put it above `@app.task(...)`, or use it alone (the function is then registered
@@ -278,8 +287,8 @@ class Registry:
         zone raises pgqueue.InvalidSchedule here. See docs/schedules.md."""
         _schedules.check_cron(cron, tz)
 
-        def decorate(target: Callable[P, R]) -> Task[P, R]:
-            task: Task[P, R] = target if isinstance(target, Task) else self.task(target)
+        def decorate(target: Callable[..., Any]) -> Task[Any, Any]:
+            task = target if isinstance(target, Task) else self.task(target)
             self.schedule(
                 name or task.name,
                 cron,
@@ -292,7 +301,7 @@ class Registry:
             )
             return task
 
-        return decorate
+        return decorate  # type: ignore[return-value]  # its overloads are ScheduleDecorator's
 
     def schedule(
         self,

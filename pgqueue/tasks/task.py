@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from pgqueue.enqueue import validators as _validators
 from pgqueue.enqueue.checks import (
@@ -17,7 +27,7 @@ from pgqueue.enqueue.checks import (
     check_priority,
     check_seconds,
 )
-from pgqueue.enqueue.options import EnqueueOptions, RunBatch, RunRow, build_row
+from pgqueue.enqueue.options import EnqueueKeywords, EnqueueOptions, RunBatch, RunRow, build_row
 from pgqueue.errors import InvalidArguments, OutOfRange
 from pgqueue.runs.handle import RunHandle
 from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
@@ -32,6 +42,24 @@ R = TypeVar("R")
 Validator = _validators.Validator
 Hook = Callable[..., Any]
 GroupFn = Callable[..., str | None]
+
+
+class TaskKeywords(TypedDict, total=False):
+    """The keywords of `@app.task(...)` and `@app.workflow(...)`, for type checkers: a
+    misspelt option or a value of the wrong type is a type error."""
+
+    name: str | None
+    queue: str | None
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    retry: RetryPolicy
+    validator: Validator | None
+    group: str | GroupFn | None
+    on_success: Hook | None
+    on_failure: Hook | None
+    on_retry: Hook | None
+    on_event: str | None  # @app.workflow only: started by each event of that name
 
 
 class Arity:
@@ -80,12 +108,40 @@ class Arity:
         return keys >= self.required_kwonly
 
 
+class TaskDecorator(Protocol):
+    """What `@app.task(...)` returns: it makes a function a Task. An `async def`'s Task
+    has its coroutine's result type (what the run's result is), not the coroutine."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class ScheduleDecorator(Protocol):
+    """What `@app.periodic(...)` returns: it schedules a Task (or a function, made a
+    Task with default options), and returns the Task with its types."""
+
+    @overload
+    def __call__(self, fn: Task[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
 # A call without options: one shared instance (it is frozen), not a new one per enqueue.
 NO_OPTIONS = EnqueueOptions()
 
 
 class Task(Generic[P, R]):
-    """A function registered with @app.task or @app.workflow under a stable name."""
+    """A function registered with @app.task or @app.workflow under a stable name. `P`
+    is its parameters (a workflow's without its Context), `R` the type of its result:
+    what the function returns, or its coroutine for an `async def` task, so that the
+    RunHandle[R] an enqueue returns waits for the task's type."""
 
     def __init__(
         self,
@@ -152,23 +208,25 @@ class Task(Generic[P, R]):
         """Call the function directly, in this process (no run is created)."""
         return self.fn(*args, **kwargs)
 
-    def options(self, **options: Any) -> BoundTask[P, R]:
+    def options(self, **options: Unpack[EnqueueKeywords]) -> BoundTask[P, R]:
         return BoundTask(self, EnqueueOptions(**options))
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle[R]:
         row = self.make_row(args, kwargs, NO_OPTIONS)
         return self.enqueuer.insert_runs([row])[0]
 
-    def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
+    def enqueue_many(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[RunHandle[R]]:
         return BoundTask(self, EnqueueOptions()).enqueue_many(items)
 
-    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle[R]:
         row = self.make_row(args, kwargs, NO_OPTIONS)
         return (await self.enqueuer.insert_runs_async([row]))[0]
 
     async def enqueue_many_async(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[RunHandle]:
+    ) -> list[RunHandle[R]]:
         return await BoundTask(self, EnqueueOptions()).enqueue_many_async(items)
 
     # -- used by enqueue and by the worker ------------------------------------------
@@ -239,26 +297,28 @@ class BoundTask(Generic[P, R]):
         self.task = task
         self.opts = opts
 
-    def options(self, **options: Any) -> BoundTask[P, R]:
+    def options(self, **options: Unpack[EnqueueKeywords]) -> BoundTask[P, R]:
         return BoundTask(self.task, replace(self.opts, **options))
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle[R]:
         row = self.task.make_row(args, kwargs, self.opts)
         return self.task.enqueuer.insert_runs([row], conn=self.opts.sync_conn)[0]
 
-    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle[R]:
         """enqueue() for asyncio code; joins `conn=` if it is a psycopg AsyncConnection."""
         row = self.task.make_row(args, kwargs, self.opts)
         return (await self.task.enqueuer.insert_runs_async([row], conn=self.opts.async_conn))[0]
 
-    def enqueue_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[RunHandle]:
+    def enqueue_many(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[RunHandle[R]]:
         """Enqueue many runs in one statement. Each item is an args tuple/list or a kwargs
         dict. An idempotency key, if set in options, would collide: use enqueue() per key."""
         return self.task.enqueuer.insert_runs(self.make_rows(items), conn=self.opts.sync_conn)
 
     async def enqueue_many_async(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[RunHandle]:
+    ) -> list[RunHandle[R]]:
         rows = self.make_rows(items)
         return await self.task.enqueuer.insert_runs_async(rows, conn=self.opts.async_conn)
 
@@ -287,6 +347,9 @@ __all__ = [
     "EnqueueOptions",
     "RunBatch",
     "RunRow",
+    "ScheduleDecorator",
     "Task",
+    "TaskDecorator",
+    "TaskKeywords",
     "ValidationError",
 ]

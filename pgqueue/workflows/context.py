@@ -13,9 +13,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from pgqueue.enqueue.checks import check_due, check_seconds
+from pgqueue.errors import ChildFailed
 
 if TYPE_CHECKING:
     from pgqueue.db.database import Database
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from pgqueue.runs.progress import Progress
     from pgqueue.tasks.task import Task
     from pgqueue.workflows.durable import Durable
+
+T = TypeVar("T")  # what a step's function returns, or a child run's task
 
 _CANCEL_LOCK = threading.Lock()  # shared: taken only to cancel or to wait for a cancel
 CURRENT: contextvars.ContextVar[Context] = contextvars.ContextVar("pgqueue.current")
@@ -172,14 +175,22 @@ class Context:
         self._durable = durable
 
     def step(
-        self, name: str, fn: Any, /, *args: Any, timeout: float | None = None, **kwargs: Any
-    ) -> Any:
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> T:
         """Run `fn(*args, **kwargs)` once for this run and store its JSON result; on
-        later attempts return the stored result without calling `fn`. With `timeout`,
+        later attempts return the stored result without calling `fn`. Its type is what
+        `fn` returns (as JSON gives it back: a tuple comes back a list). With `timeout`,
         TimeoutError if `fn` takes longer (the step fails, and runs again on the next
         attempt; its thread cannot be stopped and is left to finish). `timeout` is the
         step's own option: to pass an argument of that name to `fn`, use a lambda."""
-        return self.durable.step(name, fn, args, kwargs, timeout)
+        result: T = self.durable.step(name, fn, args, kwargs, timeout)
+        return result
 
     def emit_event(
         self,
@@ -213,18 +224,41 @@ class Context:
     def call(
         self,
         name: str,
-        task: Task[Any, Any],
+        task: Task[Any, T],
         /,
         *args: Any,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> T:
         """Run `task` as a child run and wait durably for its result (ChildFailed if it
         fails). Idempotent per parent run and step name. With `timeout`, TimeoutError
         once the child has not finished that many seconds after this call first began
         (the database's clock, across attempts and crashes): the child is canceled, and
         every later replay raises the same TimeoutError."""
-        return self.durable.call(name, task, args, kwargs, timeout)
+        result: T = self.durable.call(name, task, args, kwargs, timeout)
+        return result
+
+    @overload
+    def map(
+        self,
+        name: str,
+        task: Task[Any, T],
+        items: Iterable[Any],
+        /,
+        *,
+        return_exceptions: Literal[False] = False,
+    ) -> list[T]: ...
+
+    @overload
+    def map(
+        self,
+        name: str,
+        task: Task[Any, T],
+        items: Iterable[Any],
+        /,
+        *,
+        return_exceptions: bool,
+    ) -> list[T | ChildFailed]: ...
 
     def map(
         self,
@@ -243,7 +277,7 @@ class Context:
 
         return map_children(self.durable, name, task, items, return_exceptions)
 
-    def spawn(self, name: str, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunHandle:
+    def spawn(self, name: str, task: Task[Any, T], /, *args: Any, **kwargs: Any) -> RunHandle[T]:
         """Start `task` as a child run without waiting. Idempotent per run and name."""
         return self.durable.spawn(name, task, args, kwargs)
 
