@@ -31,10 +31,12 @@ from pgqueue.schedules.schedule import InvalidSchedule, Schedule, UnknownSchedul
 from pgqueue.states import RunState, StepState
 from pgqueue.tasks.retry import RetryPolicy
 from pgqueue.tasks.task import Task
+from pgqueue.workflows.async_context import AsyncContext
 from pgqueue.workflows.context import Context, current
 
 __all__ = [
     "App",
+    "AsyncContext",
     "Batch",
     "BatchState",
     "ChildFailed",

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from pgqueue.db import payload as _json
 from pgqueue.db.database import NOTIFY_ENV, ConnectionProvider, Database, DsnSource
 from pgqueue.enqueue.enqueuer import EnqueueDeferrer, Enqueuer
 from pgqueue.ops.operations import Operator
-from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig, Registry
+from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig, Registry, WorkflowDecorator
 from pgqueue.tasks.task import Task
+from pgqueue.workflows.async_context import AsyncContext
 from pgqueue.workflows.context import Context, SyncWrapper
 
 if TYPE_CHECKING:
@@ -225,15 +226,19 @@ class App:
         return self.registry.task(fn, **options)
 
     @overload
+    def workflow(
+        self, fn: Callable[Concatenate[AsyncContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
     def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
 
     @overload
-    def workflow(
-        self, fn: None = None, /, **options: Any
-    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
+    def workflow(self, fn: None = None, /, **options: Any) -> WorkflowDecorator: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-        """Register a workflow: like a task, but it receives a Context first."""
+        """Register a workflow: like a task, but it receives a Context first (an
+        AsyncContext if it is an `async def`)."""
         return self.registry.workflow(fn, **options)
 
     # -- enqueues (the enqueuer) ----------------------------------------------------------

@@ -3,9 +3,9 @@ registered under stable names, and schedules defined in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from pgqueue.enqueue.checks import check_name
 from pgqueue.enqueue.options import EnqueueOptions, build_row
@@ -18,10 +18,25 @@ from pgqueue.tasks.task import GroupFn, Hook, Task, Validator
 if TYPE_CHECKING:
     from pgqueue.enqueue.enqueuer import Enqueuer
     from pgqueue.runs.handle import RunHandle
+    from pgqueue.workflows.async_context import AsyncContext
     from pgqueue.workflows.context import Context
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class WorkflowDecorator(Protocol):
+    """What `@app.workflow(...)` returns: it takes a sync workflow (a Context first) or
+    an async one (an AsyncContext first, awaited on the worker's loop)."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[AsyncContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
 
 # pgqueue.queues.concurrency and group_concurrency are integers.
 LIMIT_MAX = 2**31 - 1
@@ -150,15 +165,19 @@ class Registry:
         return lambda f: self.register(f, workflow=False, **options)
 
     @overload
+    def workflow(
+        self, fn: Callable[Concatenate[AsyncContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
     def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
 
     @overload
-    def workflow(
-        self, fn: None = None, /, **options: Any
-    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
+    def workflow(self, fn: None = None, /, **options: Any) -> WorkflowDecorator: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-        """Register a workflow: like a task, but it receives a Context first."""
+        """Register a workflow: like a task, but it receives a Context first (an
+        AsyncContext if it is an `async def`)."""
         if fn is not None:
             return self.register(fn, workflow=True)
         return lambda f: self.register(f, workflow=True, **options)

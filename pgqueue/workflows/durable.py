@@ -2,8 +2,9 @@
 
 A workflow's code re-executes from the top on every attempt and after every durable
 wait; only steps (and the outcome of sleeps, waits and calls, which are steps too) are
-stored. Everything here is called from the workflow's own thread and writes through the
-App's pool, fenced by the lease the worker holds.
+stored. Everything here blocks: it is called from a sync workflow's own thread, or, for
+an `async def` workflow (AsyncContext), from a worker thread the loop awaits. It writes
+through the App's pool, fenced by the lease the worker holds.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pgqueue.enqueue import events as _events
 from pgqueue.enqueue.checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
 from pgqueue.errors import LeaseLost, UserError
 from pgqueue.states import RunState, StepState
-from pgqueue.workflows.running_steps import RUNNING_STEPS
+from pgqueue.workflows.running_steps import RUNNING_STEPS, Shown
 
 if TYPE_CHECKING:
     from pgqueue.db.database import Database
@@ -61,6 +62,19 @@ class Suspend(BaseException):
         self.wait_key = wait_key
         self.wait_since = wait_since
         self.wait_run_id = wait_run_id
+
+
+@dataclass(slots=True)
+class Begun:
+    """A step whose body runs: when it started, and its `running` row if that is written
+    later (RUNNING_STEPS), which done() drops once the body has ended."""
+
+    started: datetime
+    shown: Shown | None
+
+    def done(self) -> None:
+        if self.shown is not None:
+            self.shown.done()
 
 
 @dataclass
@@ -106,12 +120,16 @@ class Durable:
         # None: not loaded yet. A run with no stored step (the claim says so) skips the load.
         self._steps: dict[str, StepRecord] | None = None if has_steps else {}
         self._seen: Counter[str] = Counter()
+        # an async workflow's concurrent operations (asyncio.gather) may each load first
+        self._load_lock = threading.Lock()
         self.db_now: datetime | None = None
 
     # -- names and records ------------------------------------------------------------
 
     def unique_name(self, name: str) -> str:
-        """`name`, then `name#2`, `name#3`... in call order, so loops work."""
+        """`name`, then `name#2`, `name#3`... in call order, so loops work. Called by the
+        Context for each durable operation (at the call, before anything is awaited, in
+        an async workflow): the operations below take the name it returns."""
         if not isinstance(name, str) or not name or "#" in name:
             raise UserError(f"step name must be a non-empty string without '#', not {name!r}")
         # a child's idempotency key holds the name (CHILD_KEY): room for it within the limit
@@ -120,8 +138,17 @@ class Durable:
         n = self._seen[name]
         return name if n == 1 else f"{name}#{n}"
 
-    def get(self, name: str) -> StepRecord | None:
-        if self._steps is None:
+    @property
+    def loaded(self) -> bool:
+        """The run's stored steps are known here (get() needs no round trip)."""
+        return self._steps is not None
+
+    def load(self) -> None:
+        """Read the run's stored steps, once (the first get(); an async workflow's first
+        durable operation calls it from a thread, so the loop never waits on it)."""
+        with self._load_lock:
+            if self._steps is not None:
+                return
             with self.database.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(_sql.query("load_steps"), {"run_id": self.run_id}).fetchall()
             self.db_now = rows[0]["db_now"]
@@ -132,6 +159,11 @@ class Durable:
                 for r in rows
                 if r["name"] is not None
             }
+
+    def get(self, name: str) -> StepRecord | None:
+        if self._steps is None:
+            self.load()
+        assert self._steps is not None
         return self._steps.get(name)
 
     def record(
@@ -187,25 +219,13 @@ class Durable:
         kwargs: dict[str, Any],
         timeout: float | None = None,
     ) -> Any:
-        if timeout is not None:
-            timeout = check_seconds("step timeout", timeout, zero=False)
-        name = self.unique_name(name)
+        """A step of a sync workflow, `name` already made unique (unique_name). The async
+        twin (AsyncContext.step) goes through the same memo, begin_step and the same
+        records, with `fn` awaited on the loop or run in a thread."""
         done = self.get(name)
         if done is not None and done.state == StepState.SUCCEEDED:
             return done.output
-        started = datetime.now().astimezone()
-        # visible while its body runs (`pgqueue runs show`, the dashboard, pgqueue.steps)
-        # once it has run a while: the write is also a lease check, done here first when
-        # the worker cannot vouch for the lease
-        shown = None
-        if self.holds is not None and self.holds():
-            shown = RUNNING_STEPS.show_later(
-                functools.partial(
-                    self.record, name, StepState.RUNNING, started_at=started, remember=False
-                )
-            )
-        else:
-            self.record(name, StepState.RUNNING, started_at=started)
+        begun = self.begin_step(name, later=self.vouched())
         try:
             try:
                 if timeout is None:
@@ -213,21 +233,45 @@ class Durable:
                 else:
                     result = _within(name, timeout, fn, args, kwargs)
             finally:
-                if shown is not None:
-                    shown.done()  # before the outcome: it lands after a `running` row
+                begun.done()  # before the outcome: it lands after a `running` row
         except Exception as exc:
-            self.record(
-                name, StepState.FAILED, error=f"{type(exc).__name__}: {exc}", started_at=started
-            )
+            self.step_failed(name, begun, exc)
             raise
+        return self.step_succeeded(name, begun, result)
+
+    def vouched(self) -> bool:
+        """The worker knows it still holds the run: a step may start without a round
+        trip (its `running` row is written later, if it runs a while)."""
+        return self.holds is not None and self.holds()
+
+    def begin_step(self, name: str, *, later: bool) -> Begun:
+        """A step's body is about to run. It is visible while it runs (`pgqueue runs
+        show`, the dashboard, pgqueue.steps) once it has run a while (`later`, when the
+        worker vouches for the lease); otherwise its `running` row is written now, as
+        the lease check it then is."""
+        started = datetime.now().astimezone()
+        if later:
+            write = functools.partial(
+                self.record, name, StepState.RUNNING, started_at=started, remember=False
+            )
+            return Begun(started, RUNNING_STEPS.show_later(write))
+        self.record(name, StepState.RUNNING, started_at=started)
+        return Begun(started, None)
+
+    def step_failed(self, name: str, begun: Begun, exc: BaseException) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        self.record(name, StepState.FAILED, error=error, started_at=begun.started)
+
+    def step_succeeded(self, name: str, begun: Begun, result: Any) -> Any:
+        """Store the step's result; the value returned is the one a replay returns."""
         text = _json.dumps(
             result,
             what=f"the result of step {name!r}",
             limit=self.database.max_payload_bytes,
             max_depth=self.database.max_json_depth,
         )
-        self.record(name, StepState.SUCCEEDED, output=text, started_at=started)
-        return _json.loads(text)  # the same value a replay will return
+        self.record(name, StepState.SUCCEEDED, output=text, started_at=begun.started)
+        return _json.loads(text)
 
     def emit_event(
         self, name: str, event: str, key: str | None, payload: Any, delay: float | None
@@ -235,7 +279,6 @@ class Durable:
         """Emit an event once for this run: the event and its step commit together, so a
         replay (or a retry after a crash) returns the stored event id and emits nothing."""
         params = _events.event_params(self.database, event, key, payload, delay)
-        name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return int(rec.output["event_id"])
@@ -246,7 +289,6 @@ class Durable:
         return event_id
 
     def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
-        name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return
@@ -270,7 +312,6 @@ class Durable:
         key = check_key("event key", key)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout, zero=True)
-        name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
@@ -315,7 +356,6 @@ class Durable:
 
         if timeout is not None:
             timeout = check_seconds("call timeout", timeout, zero=False)
-        name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
@@ -367,7 +407,6 @@ class Durable:
     ) -> RunHandle:
         from pgqueue.runs.handle import RunHandle
 
-        name = self.unique_name(name)
         rec = self.get(name)
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return RunHandle(int(rec.output["run_id"]), self.database, created=False)

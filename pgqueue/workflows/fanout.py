@@ -36,7 +36,6 @@ def map_children(
 ) -> list[Any]:
     from pgqueue.workflows.durable import CHILD_KEY, Suspend
 
-    name = durable.unique_name(name)
     rec = durable.get(name)
     if rec is not None and rec.state == StepState.SUCCEEDED:
         return _outcomes(rec.output)
