@@ -6,6 +6,7 @@ from pgqueue.enqueue.batches import Batch, BatchState
 from pgqueue.enqueue.checks import ValidationError
 from pgqueue.errors import (
     ChildFailed,
+    ChildMissing,
     ConfigError,
     DatabaseFull,
     DatabaseUnavailable,
@@ -40,6 +41,7 @@ __all__ = [
     "Batch",
     "BatchState",
     "ChildFailed",
+    "ChildMissing",
     "ConfigError",
     "Context",
     "DatabaseFull",

@@ -113,6 +113,20 @@ class ChildFailed(NonRetryable):
         super().__init__(f"child run {run_id} ({task}) {state}{detail}")
 
 
+class ChildMissing(NonRetryable):
+    """Raised in a workflow by ctx.call() or ctx.map() when a child run it started no
+    longer exists (deleted, or pruned by retention while the parent waited). Not retried:
+    every replay would find it missing. Uncaught, it fails the parent at once."""
+
+    def __init__(self, run_id: int, parent_id: int, step: str) -> None:
+        self.run_id, self.parent_id, self.step = run_id, parent_id, step
+        super().__init__(
+            f"child run {run_id} of step {step!r} (parent run {parent_id}) no longer exists: "
+            "it was deleted or pruned while the parent waited; retry the parent under a new "
+            "step name, or catch pgqueue.ChildMissing in the workflow"
+        )
+
+
 class LeaseLost(BaseException):
     """This worker no longer holds the run (lease expired, run rescued or canceled).
     A BaseException, so that a task's `except Exception` cannot swallow it."""

@@ -24,7 +24,7 @@ from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue import events as _events
 from pgqueue.enqueue.checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
-from pgqueue.errors import LeaseLost, UserError
+from pgqueue.errors import ChildMissing, LeaseLost, UserError
 from pgqueue.states import RunState, StepState
 from pgqueue.workflows.running_steps import RUNNING_STEPS, Shown
 
@@ -373,7 +373,8 @@ class Durable:
             rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="call"))
         with self.database.connection() as conn:
             row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
-        assert row is not None, f"child run {child_id} disappeared"
+        if row is None:
+            raise ChildMissing(child_id, self.run_id, name)
         state, result, error, child_task = row
         if state == RunState.SUCCEEDED:
             self.record(name, StepState.SUCCEEDED, output=_json.dumps(result, what="child result"))

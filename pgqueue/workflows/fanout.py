@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.options import EnqueueOptions
-from pgqueue.errors import ChildFailed
+from pgqueue.errors import ChildFailed, ChildMissing
 from pgqueue.states import RunState, StepState
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ def map_children(
     pending = None
     for child_id in ids:
         row = by_id.get(child_id)
-        assert row is not None, f"child run {child_id} disappeared"
+        if row is None:
+            raise ChildMissing(child_id, durable.run_id, name)
         _, state, result, error, child_task = row
         if state == RunState.SUCCEEDED:
             outcomes.append({"ok": result})

@@ -107,3 +107,15 @@ def loop(ctx: pgqueue.Context, n: int) -> list[int]:
 @app.workflow(name="flows.waits_on_child")
 def waits_on_child(ctx: pgqueue.Context) -> Any:
     return ctx.call("long", waiter, "never", None)
+
+
+@app.workflow(name="flows.calls_missing")
+def calls_missing(ctx: pgqueue.Context) -> Any:
+    """Its child is deleted while it waits (tests/workflows/test_durable.py); the call's
+    deadline wakes it."""
+    return ctx.call("long", waiter, "never", None, timeout=1.5)
+
+
+@app.workflow(name="flows.maps_missing")
+def maps_missing(ctx: pgqueue.Context) -> Any:
+    return ctx.map("many", waiter, [("never-1", None), ("never-2", None)])
