@@ -113,3 +113,13 @@ async def blocks(ctx: pgqueue.AsyncContext) -> None:
         pgqueue.current().step("sync", effect, "sync", ctx.run_id, 1)
     except RuntimeError as exc:
         await ctx.step("refused", effect, str(exc), ctx.run_id, 1)
+
+
+@app.workflow(name="async.slow_once", timeout=1, max_attempts=2, retry=FAST)
+async def slow_once(ctx: pgqueue.AsyncContext) -> str:
+    """Its first attempt times out in its second step; the retry replays the first."""
+    await ctx.step("one", effect, "one", ctx.run_id, 1)
+    if ctx.attempt == 1:
+        await asyncio.sleep(30)
+    await ctx.step("two", effect_async, "two", ctx.run_id, 2)
+    return "second time"

@@ -125,3 +125,12 @@ def test_a_sync_operation_on_the_loop_is_refused(dsn: str, app: pgqueue.App) -> 
         h.wait(timeout=20)
     [tag] = effect_tags(dsn, h.id)
     assert tag.startswith("a sync durable operation would block the event loop")
+
+
+def test_a_timeout_is_retried_and_the_retry_succeeds(dsn: str, app: pgqueue.App) -> None:
+    h = flows.slow_once.enqueue()
+    with WorkerProcess(dsn, APP).wait_ready():
+        assert h.wait(timeout=20) == "second time"
+    assert app.get_run(h.id).attempt == 2
+    assert [e["kind"] for e in app.run_errors(h.id)] == ["timeout"]
+    assert counts(dsn, h.id) == {"one": 1, "two": 1}
