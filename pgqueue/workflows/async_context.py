@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.enqueue.checks import check_seconds
 from pgqueue.states import StepState
 from pgqueue.workflows.context import Context, sleep_spec, sleep_until_spec
+from pgqueue.workflows.determinism import step_call
 from pgqueue.workflows.fanout import map_children
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class AsyncContext:
         durable = self._durable
         if not durable.loaded:
             await self._in_thread(durable.load)
-        done = durable.get(name)
+        done = durable.check(name, step_call(fn, args, kwargs))
         if done is not None and done.state == StepState.SUCCEEDED:
             return done.output
         if durable.vouched():

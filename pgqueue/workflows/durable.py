@@ -24,8 +24,9 @@ from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue import events as _events
 from pgqueue.enqueue.checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
-from pgqueue.errors import ChildMissing, LeaseLost, UserError
+from pgqueue.errors import ChildMissing, LeaseLost, NonDeterministic, UserError
 from pgqueue.states import RunState, StepState
+from pgqueue.workflows.determinism import call_text, step_call
 from pgqueue.workflows.running_steps import RUNNING_STEPS, Shown
 
 if TYPE_CHECKING:
@@ -84,6 +85,9 @@ class StepRecord:
     output: Any
     error: str | None
     created_at: datetime
+    # what it was called as (determinism.py); None for steps recorded before revision 0028
+    position: int | None = None
+    call: str | None = None
 
 
 class Parts(Protocol):
@@ -120,6 +124,10 @@ class Durable:
         # None: not loaded yet. A run with no stored step (the claim says so) skips the load.
         self._steps: dict[str, StepRecord] | None = None if has_steps else {}
         self._seen: Counter[str] = Counter()
+        # each unique name's position among this execution's durable operations, and the
+        # call it was made as (check()): written with each of its records
+        self._positions: dict[str, int] = {}
+        self._calls: dict[str, str] = {}
         # an async workflow's concurrent operations (asyncio.gather) may each load first
         self._load_lock = threading.Lock()
         self.db_now: datetime | None = None
@@ -136,7 +144,29 @@ class Durable:
         check_key("step name", name, limit=MAX_KEY_BYTES - 64)
         self._seen[name] += 1
         n = self._seen[name]
-        return name if n == 1 else f"{name}#{n}"
+        unique = name if n == 1 else f"{name}#{n}"
+        self._positions[unique] = len(self._positions)
+        return unique
+
+    def check(self, name: str, call: str) -> StepRecord | None:
+        """The stored record of the operation `name` (unique), once checked against how
+        this execution calls it: a record the replay would reuse (a step that succeeded,
+        a wait under way) must have been made at the same position as the same call,
+        else NonDeterministic. A step that failed or was interrupted runs again anyway,
+        and records from before revision 0028 carry nothing to compare."""
+        self._calls[name] = call
+        rec = self.get(name)
+        if (
+            rec is None
+            or rec.call is None
+            or rec.position is None
+            or rec.state not in (StepState.SUCCEEDED, StepState.WAITING)
+        ):
+            return rec
+        position = self._positions.get(name, -1)
+        if rec.position != position or rec.call != call:
+            raise NonDeterministic(self.run_id, name, position, call, rec.position, rec.call)
+        return rec
 
     @property
     def loaded(self) -> bool:
@@ -154,7 +184,13 @@ class Durable:
             self.db_now = rows[0]["db_now"]
             self._steps = {
                 r["name"]: StepRecord(
-                    r["name"], r["state"], r["output"], r["error"], r["created_at"]
+                    r["name"],
+                    r["state"],
+                    r["output"],
+                    r["error"],
+                    r["created_at"],
+                    r["position"],
+                    r["call"],
                 )
                 for r in rows
                 if r["name"] is not None
@@ -180,6 +216,7 @@ class Durable:
         """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
         LeaseLost if the lease is gone. Not `remember`: from another thread (a running
         step's row, _running_steps), which leaves this attempt's records alone."""
+        position, call = self._positions.get(name), self._calls.get(name)
         params = {
             "run_id": self.run_id,
             "lease_token": self.lease_token,
@@ -191,6 +228,8 @@ class Durable:
             "started_at": started_at,
             # a wait's spec stays in steps.waited once the output holds what it returned
             "waited": output if state == StepState.WAITING else None,
+            "position": position,
+            "call": call,
         }
         with self.database.connection(conn) as c:
             row = c.execute(_sql.query("record_step"), params).fetchone()
@@ -200,7 +239,13 @@ class Durable:
                 f"step {name!r} was not recorded"
             )
         record = StepRecord(
-            name, state, None if output is None else _json.loads(output), error, row[1]
+            name,
+            state,
+            None if output is None else _json.loads(output),
+            error,
+            row[1],
+            position,
+            call,
         )
         if not remember:
             return record
@@ -222,7 +267,7 @@ class Durable:
         """A step of a sync workflow, `name` already made unique (unique_name). The async
         twin (AsyncContext.step) goes through the same memo, begin_step and the same
         records, with `fn` awaited on the loop or run in a thread."""
-        done = self.get(name)
+        done = self.check(name, step_call(fn, args, kwargs))
         if done is not None and done.state == StepState.SUCCEEDED:
             return done.output
         begun = self.begin_step(name, later=self.vouched())
@@ -279,7 +324,7 @@ class Durable:
         """Emit an event once for this run: the event and its step commit together, so a
         replay (or a retry after a crash) returns the stored event id and emits nothing."""
         params = _events.event_params(self.database, event, key, payload, delay)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.emit_event {event}", [key]))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return int(rec.output["event_id"])
         with self.database.connection() as conn, conn.transaction():
@@ -289,7 +334,8 @@ class Durable:
         return event_id
 
     def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
-        rec = self.get(name)
+        # what it sleeps for is not compared: a deadline is often computed from the clock
+        rec = self.check(name, call_text("ctx.sleep_until" if "until" in spec else "ctx.sleep"))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return
         if rec is None:
@@ -312,7 +358,7 @@ class Durable:
         key = check_key("event key", key)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout, zero=True)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.wait_for_event {event}", [key]))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
         spec = {"event": event, "key": key, "timeout": timeout}
@@ -356,7 +402,7 @@ class Durable:
 
         if timeout is not None:
             timeout = check_seconds("call timeout", timeout, zero=False)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.call {task.name}", args, kwargs))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
         if (
@@ -408,7 +454,7 @@ class Durable:
     ) -> RunHandle:
         from pgqueue.runs.handle import RunHandle
 
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.spawn {task.name}", args, kwargs))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return RunHandle(int(rec.output["run_id"]), self.database, created=False)
         handle = self._enqueue_child(name, task, args, kwargs)

@@ -19,6 +19,7 @@ from pgqueue.db import sql as _sql
 from pgqueue.enqueue.options import EnqueueOptions
 from pgqueue.errors import ChildFailed, ChildMissing
 from pgqueue.states import RunState, StepState
+from pgqueue.workflows.determinism import call_text
 
 if TYPE_CHECKING:
     from pgqueue.tasks.task import Task
@@ -36,7 +37,7 @@ def map_children(
 ) -> list[Any]:
     from pgqueue.workflows.durable import CHILD_KEY, Suspend
 
-    rec = durable.get(name)
+    rec = durable.check(name, call_text(f"ctx.map {task.name}"))
     if rec is not None and rec.state == StepState.SUCCEEDED:
         return _outcomes(rec.output)
     if rec is not None and rec.state == StepState.WAITING:

@@ -699,7 +699,8 @@ def test_a_running_step_commits_asynchronously_its_outcome_does_not(
     token = conn.execute(_sql.query("claim"), {**claim, "queue": "default"}).fetchone()[8]
     setting = "SELECT current_setting('synchronous_commit')"
     step = {"run_id": h.id, "lease_token": token, "name": "s", "output": None, "error": None,
-            "attempt": 1, "started_at": None, "waited": None}  # fmt: skip
+            "attempt": 1, "started_at": None, "waited": None, "position": 0,
+            "call": "f"}  # fmt: skip
     for state, output, inside in [("running", None, "off"), ("succeeded", "1", "on")]:
         with conn.transaction():
             row = conn.execute(
