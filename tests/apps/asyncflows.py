@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pgqueue
@@ -123,3 +124,15 @@ async def slow_once(ctx: pgqueue.AsyncContext) -> str:
         await asyncio.sleep(30)
     await ctx.step("two", effect_async, "two", ctx.run_id, 2)
     return "second time"
+
+
+# "v1", or "args" after a deploy that calls step 'a' with another argument
+# (tests/workflows/test_async_workflows.py)
+CODE = os.environ.get("ASYNCFLOWS_CODE", "v1")
+
+
+@app.workflow(name="async.deployed")
+async def deployed(ctx: pgqueue.AsyncContext, n: int) -> int:
+    a = await ctx.step("a", effect_async, "a", ctx.run_id, n + 1 if CODE == "args" else n)
+    await ctx.wait_for_event("go", event="async.go", key=str(ctx.run_id))
+    return int(a)

@@ -134,3 +134,15 @@ def test_a_timeout_is_retried_and_the_retry_succeeds(dsn: str, app: pgqueue.App)
     assert app.get_run(h.id).attempt == 2
     assert [e["kind"] for e in app.run_errors(h.id)] == ["timeout"]
     assert counts(dsn, h.id) == {"one": 1, "two": 1}
+
+
+def test_a_diverging_replay_fails_with_non_deterministic(dsn: str, app: pgqueue.App) -> None:
+    h = flows.deployed.enqueue(5)
+    with WorkerProcess(dsn, APP, env={"ASYNCFLOWS_CODE": "v1"}).wait_ready():
+        wait_until(lambda: app.get_run(h.id).state == "waiting", message="the wait")
+    with WorkerProcess(dsn, APP, env={"ASYNCFLOWS_CODE": "args"}).wait_ready():
+        app.emit_event("async.go", key=str(h.id))
+        with pytest.raises(pgqueue.RunFailed, match=r"NonDeterministic: .* at step 'a'"):
+            h.wait(timeout=20)
+    assert counts(dsn, h.id) == {"a": 1}
+    assert [e["kind"] for e in app.run_errors(h.id)] == ["non_retryable"]
