@@ -6,11 +6,13 @@ from pgqueue.enqueue.batches import Batch, BatchState
 from pgqueue.enqueue.checks import ValidationError
 from pgqueue.errors import (
     ChildFailed,
+    ChildMissing,
     ConfigError,
     DatabaseFull,
     DatabaseUnavailable,
     InvalidArguments,
     LeaseLost,
+    NonDeterministic,
     NonRetryable,
     NotMigrated,
     OutOfRange,
@@ -31,13 +33,16 @@ from pgqueue.schedules.schedule import InvalidSchedule, Schedule, UnknownSchedul
 from pgqueue.states import RunState, StepState
 from pgqueue.tasks.retry import RetryPolicy
 from pgqueue.tasks.task import Task
+from pgqueue.workflows.async_context import AsyncContext
 from pgqueue.workflows.context import Context, current
 
 __all__ = [
     "App",
+    "AsyncContext",
     "Batch",
     "BatchState",
     "ChildFailed",
+    "ChildMissing",
     "ConfigError",
     "Context",
     "DatabaseFull",
@@ -45,6 +50,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidSchedule",
     "LeaseLost",
+    "NonDeterministic",
     "NonRetryable",
     "NotMigrated",
     "OutOfRange",

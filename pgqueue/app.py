@@ -21,8 +21,9 @@ from pgqueue.db import payload as _json
 from pgqueue.db.database import NOTIFY_ENV, ConnectionProvider, Database, DsnSource
 from pgqueue.enqueue.enqueuer import EnqueueDeferrer, Enqueuer
 from pgqueue.ops.operations import Operator
-from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig, Registry
+from pgqueue.tasks.registry import LIMIT_MAX, QueueConfig, Registry, WorkflowDecorator
 from pgqueue.tasks.task import Task, TaskDecorator, TaskKeywords
+from pgqueue.workflows.async_context import AsyncContext
 from pgqueue.workflows.context import Context, SyncWrapper
 
 if TYPE_CHECKING:
@@ -226,15 +227,21 @@ class App:
         return self.registry.task(fn, **options)
 
     @overload
+    def workflow(
+        self, fn: Callable[Concatenate[AsyncContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
     def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
 
     @overload
     def workflow(
         self, fn: None = None, /, **options: Unpack[TaskKeywords]
-    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
+    ) -> WorkflowDecorator: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-        """Register a workflow: like a task, but it receives a Context first."""
+        """Register a workflow: like a task, but it receives a Context first (an
+        AsyncContext if it is an `async def`)."""
         return self.registry.workflow(fn, **options)
 
     # -- enqueues (the enqueuer) ----------------------------------------------------------

@@ -113,6 +113,52 @@ class ChildFailed(NonRetryable):
         super().__init__(f"child run {run_id} ({task}) {state}{detail}")
 
 
+class ChildMissing(NonRetryable):
+    """Raised in a workflow by ctx.call() or ctx.map() when a child run it started no
+    longer exists (deleted, or pruned by retention while the parent waited). Not retried:
+    every replay would find it missing. Uncaught, it fails the parent at once."""
+
+    def __init__(self, run_id: int, parent_id: int, step: str) -> None:
+        self.run_id, self.parent_id, self.step = run_id, parent_id, step
+        super().__init__(
+            f"child run {run_id} of step {step!r} (parent run {parent_id}) no longer exists: "
+            "it was deleted or pruned while the parent waited; retry the parent under a new "
+            "step name, or catch pgqueue.ChildMissing in the workflow"
+        )
+
+
+class NonDeterministic(NonRetryable):
+    """A workflow's replay diverged from its recorded history: a step it had recorded was
+    called at another position among the run's durable operations, or as another call
+    (another function, task or event, or other arguments). Raised instead of handing
+    that code a result stored for other code; not retried (a replay diverges again).
+
+    `step` is the step's name; `position` and `call` are the new call's,
+    `recorded_position` and `recorded_call` the history's. A call reads
+    `module.function args#<hash>`: the step function's qualified name (or the operation and
+    its task or event) and a hash of its JSON arguments."""
+
+    def __init__(
+        self,
+        run_id: int,
+        step: str,
+        position: int,
+        call: str,
+        recorded_position: int,
+        recorded_call: str,
+    ) -> None:
+        self.run_id, self.step = run_id, step
+        self.position, self.call = position, call
+        self.recorded_position, self.recorded_call = recorded_position, recorded_call
+        super().__init__(
+            f"the replay of run {run_id} diverged from its history at step {step!r}: "
+            f"recorded as operation {recorded_position} {recorded_call}, now called as "
+            f"operation {position} {call}; code between steps must be deterministic, so "
+            "give a changed step a new name, or let the runs in flight finish on the old "
+            "code (docs/workflows.md, Determinism)"
+        )
+
+
 class LeaseLost(BaseException):
     """This worker no longer holds the run (lease expired, run rescued or canceled).
     A BaseException, so that a task's `except Exception` cannot swallow it."""

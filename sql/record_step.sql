@@ -2,6 +2,7 @@
 -- valid, so a rescue cannot slip in between the check and the write. A succeeded step
 -- is never overwritten. A step is 'running' while its body runs, 'waiting' while the run
 -- waits on it (neither has finished); what a step waited for (waited) is kept once set.
+-- position and call say what the step was last called as (the determinism check).
 -- Returns nothing if the lease is gone.
 -- A 'running' row only shows what is running now (nothing reads it back: a replay looks
 -- for 'succeeded'), so it commits without waiting for its WAL flush (synchronous_commit
@@ -17,13 +18,15 @@ WITH lease AS (
     FOR SHARE
 )
 INSERT INTO pgqueue.steps AS s (run_id, name, state, output, error, attempt, started_at,
-                                finished_at, waited)
+                                finished_at, waited, position, call)
 SELECT id, %(name)s, %(state)s, %(output)s::jsonb, %(error)s, %(attempt)s, %(started_at)s,
-       CASE WHEN %(state)s IN ('waiting', 'running') THEN NULL ELSE now() END, %(waited)s::jsonb
+       CASE WHEN %(state)s IN ('waiting', 'running') THEN NULL ELSE now() END, %(waited)s::jsonb,
+       %(position)s::integer, %(call)s::text
 FROM lease
 ON CONFLICT (run_id, name) DO UPDATE
    SET state = EXCLUDED.state, output = EXCLUDED.output, error = EXCLUDED.error,
        attempt = EXCLUDED.attempt, started_at = EXCLUDED.started_at,
-       finished_at = EXCLUDED.finished_at, waited = coalesce(EXCLUDED.waited, s.waited)
+       finished_at = EXCLUDED.finished_at, waited = coalesce(EXCLUDED.waited, s.waited),
+       position = coalesce(EXCLUDED.position, s.position), call = coalesce(EXCLUDED.call, s.call)
  WHERE s.state <> 'succeeded'
 RETURNING s.name, s.created_at, now() AS db_now

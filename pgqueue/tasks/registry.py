@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, Unpack, overload
 
 from pgqueue.enqueue.checks import check_name
 from pgqueue.enqueue.options import EnqueueKeywords, EnqueueOptions, build_row
@@ -26,10 +26,25 @@ from pgqueue.tasks.task import (
 if TYPE_CHECKING:
     from pgqueue.enqueue.enqueuer import Enqueuer
     from pgqueue.runs.handle import RunHandle
+    from pgqueue.workflows.async_context import AsyncContext
     from pgqueue.workflows.context import Context
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class WorkflowDecorator(Protocol):
+    """What `@app.workflow(...)` returns: it takes a sync workflow (a Context first) or
+    an async one (an AsyncContext first, awaited on the worker's loop)."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[AsyncContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
 
 # pgqueue.queues.concurrency and group_concurrency are integers.
 LIMIT_MAX = 2**31 - 1
@@ -159,15 +174,21 @@ class Registry:
         return lambda f: self.register(f, workflow=False, **options)
 
     @overload
+    def workflow(
+        self, fn: Callable[Concatenate[AsyncContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
     def workflow(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
 
     @overload
     def workflow(
         self, fn: None = None, /, **options: Unpack[TaskKeywords]
-    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
+    ) -> WorkflowDecorator: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-        """Register a workflow: like a task, but it receives a Context first."""
+        """Register a workflow: like a task, but it receives a Context first (an
+        AsyncContext if it is an `async def`)."""
         if fn is not None:
             return self.register(fn, workflow=True)
         return lambda f: self.register(f, workflow=True, **options)

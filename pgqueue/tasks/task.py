@@ -185,11 +185,6 @@ class Task(Generic[P, R]):
         self.has_hooks = on_success is not None or on_failure is not None or on_retry is not None
         self.workflow = workflow
         self.is_async = inspect.iscoroutinefunction(fn)
-        if workflow and self.is_async:
-            raise TypeError(
-                f"workflow {name!r} is async: workflows must be plain `def` functions "
-                "(their durable steps block); async tasks are fine with @app.task"
-            )
         signature = inspect.signature(fn)
         if workflow:
             params = list(signature.parameters.values())

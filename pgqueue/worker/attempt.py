@@ -23,6 +23,7 @@ from pgqueue.tasks.retry import DEFAULT_RETRY, RetryPolicy
 from pgqueue.tasks.task import Task
 from pgqueue.worker.connection import Undecodable
 from pgqueue.worker.records import Held, Outcome
+from pgqueue.workflows.async_context import AsyncContext
 from pgqueue.workflows.context import CURRENT, Context, call_as
 from pgqueue.workflows.durable import Suspend
 
@@ -154,6 +155,8 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
     BaseException: Suspend and LeaseLost are ours (a task's own `except Exception` must
     not swallow them); SystemExit, KeyboardInterrupt or another one from task code fails
     the attempt (kind `error`) and never reaches the worker."""
+    if isinstance(exc, BaseExceptionGroup):
+        exc = _ours(exc)
     if isinstance(exc, Suspend):
         return Outcome(
             held.id,
@@ -183,6 +186,26 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
         held.stop()
         return failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
     return failure(held, "error", exc, retry=task.retry)
+
+
+def _ours(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What an exception group from an async workflow's asyncio.TaskGroup means: a lost
+    lease if any operation found it lost; a durable wait if waits are all it holds (the
+    first one: a replay meets the others again); else the group, a failure."""
+    lost = group.subgroup(LeaseLost)
+    if lost is not None:
+        return _first(lost)
+    waits, others = group.split(Suspend)
+    if waits is not None and others is None:
+        return _first(waits)
+    return group
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def returned(rt: Runtime, held: Held, task: Task[Any, Any], result: Any) -> Outcome | None:
@@ -218,7 +241,12 @@ async def attempt(
         if task.is_async:  # inline, not a helper coroutine: one frame less per run
             # this attempt's own asyncio task (Executor.execute): its own context
             CURRENT.set(ctx)
-            coro = task.fn(*args, **kwargs)  # never a workflow: those are sync (Task)
+            if task.workflow:
+                args = [
+                    AsyncContext(ctx, ctx.durable, functools.partial(_in_thread, rt, ctx)),
+                    *args,
+                ]
+            coro = task.fn(*args, **kwargs)
             try:
                 result = await _await_async(held, coro, held.row.timeout_seconds, expire)
             finally:
@@ -277,6 +305,14 @@ def _call(
     if rt.traced.tracing is not None:  # a thread of the pool: in the attempt span's context
         call = functools.partial(contextvars.copy_context().run, call)
     return rt.wrap_sync(ctx, call) if rt.sync_wrappers else call
+
+
+def _in_thread(rt: Runtime, ctx: Context, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+    """An async workflow's blocking work (its durable writes, a sync step's function) in
+    a worker thread, with the attempt's context variables and inside the app's sync
+    wrappers, as a sync workflow's code runs."""
+    call: Callable[[], Any] = functools.partial(contextvars.copy_context().run, fn)
+    return rt.threads.submit(rt.wrap_sync(ctx, call) if rt.sync_wrappers else call)
 
 
 async def _invoke_in_thread(

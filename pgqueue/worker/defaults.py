@@ -20,7 +20,8 @@ def default_concurrency(app_tasks: Iterable[Task[Any, Any]]) -> int:
     """ASYNC_CONCURRENCY if every task of the app is async (and there is one), else
     SYNC_CONCURRENCY. Every task of the app, not only those declaring a served queue: a
     run of any task may be routed to any queue (`.options(queue=...)`), so the tasks
-    are all a worker knows it may run. Workflows are sync (their steps run in a thread).
+    are all a worker knows it may run. An `async def` workflow counts as async: it
+    waits on the loop, and only its durable writes take a thread for a moment.
     The one place the default is decided: `Worker`, and through it `app.worker()`,
     `pgqueue worker`, `manage.py pgqueue worker` and `flask pgqueue worker`."""
     tasks = list(app_tasks)

@@ -174,6 +174,16 @@ class Context:
     def durable(self, durable: Durable) -> None:
         self._durable = durable
 
+    def _sync_durable(self) -> Durable:
+        """The Durable of a sync operation, called where it may block."""
+        if _on_event_loop():
+            raise RuntimeError(
+                "a sync durable operation would block the event loop: an `async def` "
+                "workflow awaits those of the AsyncContext it receives first "
+                "(`await ctx.step(...)`), not those of pgqueue.current()"
+            )
+        return self.durable
+
     def step(
         self,
         name: str,
@@ -189,7 +199,10 @@ class Context:
         TimeoutError if `fn` takes longer (the step fails, and runs again on the next
         attempt; its thread cannot be stopped and is left to finish). `timeout` is the
         step's own option: to pass an argument of that name to `fn`, use a lambda."""
-        result: T = self.durable.step(name, fn, args, kwargs, timeout)
+        durable = self._sync_durable()
+        if timeout is not None:
+            timeout = check_seconds("step timeout", timeout, zero=False)
+        result: T = durable.step(durable.unique_name(name), fn, args, kwargs, timeout)
         return result
 
     def emit_event(
@@ -203,23 +216,25 @@ class Context:
     ) -> int:
         """Emit an event as a step: once per run, whatever the replays (the event and the
         step commit together). Returns the event's id."""
-        return self.durable.emit_event(name, event, key, payload, delay)
+        durable = self._sync_durable()
+        return durable.emit_event(durable.unique_name(name), event, key, payload, delay)
 
     def sleep(self, name: str, seconds: float | timedelta) -> None:
         """Sleep durably: the worker is freed and the run resumes after `seconds`."""
-        seconds = check_seconds("sleep", seconds, zero=True)
-        self.durable.sleep_until(name, {"seconds": seconds})
+        durable = self._sync_durable()
+        durable.sleep_until(durable.unique_name(name), sleep_spec(seconds))
 
     def sleep_until(self, name: str, when: datetime) -> None:
-        check_due("sleep_until", when)
-        self.durable.sleep_until(name, {"until": when.isoformat()})
+        durable = self._sync_durable()
+        durable.sleep_until(durable.unique_name(name), sleep_until_spec(when))
 
     def wait_for_event(
         self, name: str, *, event: str, key: str | None = None, timeout: float | None = None
     ) -> Any:
         """Wait durably for `event` (with `key`) emitted after the wait began; return its
         payload, or None after `timeout` seconds."""
-        return self.durable.wait_for_event(name, event, key, timeout)
+        durable = self._sync_durable()
+        return durable.wait_for_event(durable.unique_name(name), event, key, timeout)
 
     def call(
         self,
@@ -235,7 +250,8 @@ class Context:
         once the child has not finished that many seconds after this call first began
         (the database's clock, across attempts and crashes): the child is canceled, and
         every later replay raises the same TimeoutError."""
-        result: T = self.durable.call(name, task, args, kwargs, timeout)
+        durable = self._sync_durable()
+        result: T = durable.call(durable.unique_name(name), task, args, kwargs, timeout)
         return result
 
     @overload
@@ -275,11 +291,23 @@ class Context:
         its place in the list. Idempotent per parent run and step name."""
         from pgqueue.workflows.fanout import map_children
 
-        return map_children(self.durable, name, task, items, return_exceptions)
+        durable = self._sync_durable()
+        return map_children(durable, durable.unique_name(name), task, items, return_exceptions)
 
     def spawn(self, name: str, task: Task[Any, T], /, *args: Any, **kwargs: Any) -> RunHandle[T]:
         """Start `task` as a child run without waiting. Idempotent per run and name."""
-        return self.durable.spawn(name, task, args, kwargs)
+        durable = self._sync_durable()
+        return durable.spawn(durable.unique_name(name), task, args, kwargs)
+
+
+def sleep_spec(seconds: float | timedelta) -> dict[str, Any]:
+    """What a durable sleep of `seconds` stores (its step's output while it sleeps)."""
+    return {"seconds": check_seconds("sleep", seconds, zero=True)}
+
+
+def sleep_until_spec(when: datetime) -> dict[str, Any]:
+    check_due("sleep_until", when)
+    return {"until": when.isoformat()}
 
 
 # Calls a worker's sync call (task, workflow, hook) for a run and returns its result; see

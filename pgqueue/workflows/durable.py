@@ -2,8 +2,9 @@
 
 A workflow's code re-executes from the top on every attempt and after every durable
 wait; only steps (and the outcome of sleeps, waits and calls, which are steps too) are
-stored. Everything here is called from the workflow's own thread and writes through the
-App's pool, fenced by the lease the worker holds.
+stored. Everything here blocks: it is called from a sync workflow's own thread, or, for
+an `async def` workflow (AsyncContext), from a worker thread the loop awaits. It writes
+through the App's pool, fenced by the lease the worker holds.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue import events as _events
 from pgqueue.enqueue.checks import MAX_KEY_BYTES, check_key, check_name, check_seconds
-from pgqueue.errors import LeaseLost, UserError
+from pgqueue.errors import ChildMissing, LeaseLost, NonDeterministic, UserError
 from pgqueue.states import RunState, StepState
-from pgqueue.workflows.running_steps import RUNNING_STEPS
+from pgqueue.workflows.determinism import call_text, step_call
+from pgqueue.workflows.running_steps import RUNNING_STEPS, Shown
 
 if TYPE_CHECKING:
     from pgqueue.db.database import Database
@@ -63,6 +65,19 @@ class Suspend(BaseException):
         self.wait_run_id = wait_run_id
 
 
+@dataclass(slots=True)
+class Begun:
+    """A step whose body runs: when it started, and its `running` row if that is written
+    later (RUNNING_STEPS), which done() drops once the body has ended."""
+
+    started: datetime
+    shown: Shown | None
+
+    def done(self) -> None:
+        if self.shown is not None:
+            self.shown.done()
+
+
 @dataclass
 class StepRecord:
     name: str
@@ -70,6 +85,9 @@ class StepRecord:
     output: Any
     error: str | None
     created_at: datetime
+    # what it was called as (determinism.py); None for steps recorded before revision 0027
+    position: int | None = None
+    call: str | None = None
 
 
 class Parts(Protocol):
@@ -106,32 +124,82 @@ class Durable:
         # None: not loaded yet. A run with no stored step (the claim says so) skips the load.
         self._steps: dict[str, StepRecord] | None = None if has_steps else {}
         self._seen: Counter[str] = Counter()
+        # each unique name's position among this execution's durable operations, and the
+        # call it was made as (check()): written with each of its records
+        self._positions: dict[str, int] = {}
+        self._calls: dict[str, str] = {}
+        # an async workflow's concurrent operations (asyncio.gather) may each load first
+        self._load_lock = threading.Lock()
         self.db_now: datetime | None = None
 
     # -- names and records ------------------------------------------------------------
 
     def unique_name(self, name: str) -> str:
-        """`name`, then `name#2`, `name#3`... in call order, so loops work."""
+        """`name`, then `name#2`, `name#3`... in call order, so loops work. Called by the
+        Context for each durable operation (at the call, before anything is awaited, in
+        an async workflow): the operations below take the name it returns."""
         if not isinstance(name, str) or not name or "#" in name:
             raise UserError(f"step name must be a non-empty string without '#', not {name!r}")
         # a child's idempotency key holds the name (CHILD_KEY): room for it within the limit
         check_key("step name", name, limit=MAX_KEY_BYTES - 64)
         self._seen[name] += 1
         n = self._seen[name]
-        return name if n == 1 else f"{name}#{n}"
+        unique = name if n == 1 else f"{name}#{n}"
+        self._positions[unique] = len(self._positions)
+        return unique
 
-    def get(self, name: str) -> StepRecord | None:
-        if self._steps is None:
+    def check(self, name: str, call: str) -> StepRecord | None:
+        """The stored record of the operation `name` (unique), once checked against how
+        this execution calls it: a record the replay would reuse (a step that succeeded,
+        a wait under way) must have been made at the same position as the same call,
+        else NonDeterministic. A step that failed or was interrupted runs again anyway,
+        and records from before revision 0027 carry nothing to compare."""
+        self._calls[name] = call
+        rec = self.get(name)
+        if (
+            rec is None
+            or rec.call is None
+            or rec.position is None
+            or rec.state not in (StepState.SUCCEEDED, StepState.WAITING)
+        ):
+            return rec
+        position = self._positions.get(name, -1)
+        if rec.position != position or rec.call != call:
+            raise NonDeterministic(self.run_id, name, position, call, rec.position, rec.call)
+        return rec
+
+    @property
+    def loaded(self) -> bool:
+        """The run's stored steps are known here (get() needs no round trip)."""
+        return self._steps is not None
+
+    def load(self) -> None:
+        """Read the run's stored steps, once (the first get(); an async workflow's first
+        durable operation calls it from a thread, so the loop never waits on it)."""
+        with self._load_lock:
+            if self._steps is not None:
+                return
             with self.database.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(_sql.query("load_steps"), {"run_id": self.run_id}).fetchall()
             self.db_now = rows[0]["db_now"]
             self._steps = {
                 r["name"]: StepRecord(
-                    r["name"], r["state"], r["output"], r["error"], r["created_at"]
+                    r["name"],
+                    r["state"],
+                    r["output"],
+                    r["error"],
+                    r["created_at"],
+                    r["position"],
+                    r["call"],
                 )
                 for r in rows
                 if r["name"] is not None
             }
+
+    def get(self, name: str) -> StepRecord | None:
+        if self._steps is None:
+            self.load()
+        assert self._steps is not None
         return self._steps.get(name)
 
     def record(
@@ -148,6 +216,7 @@ class Durable:
         """Store a step (fenced by the lease; in `conn`'s transaction if given); raises
         LeaseLost if the lease is gone. Not `remember`: from another thread (a running
         step's row, _running_steps), which leaves this attempt's records alone."""
+        position, call = self._positions.get(name), self._calls.get(name)
         params = {
             "run_id": self.run_id,
             "lease_token": self.lease_token,
@@ -159,6 +228,8 @@ class Durable:
             "started_at": started_at,
             # a wait's spec stays in steps.waited once the output holds what it returned
             "waited": output if state == StepState.WAITING else None,
+            "position": position,
+            "call": call,
         }
         with self.database.connection(conn) as c:
             row = c.execute(_sql.query("record_step"), params).fetchone()
@@ -168,7 +239,13 @@ class Durable:
                 f"step {name!r} was not recorded"
             )
         record = StepRecord(
-            name, state, None if output is None else _json.loads(output), error, row[1]
+            name,
+            state,
+            None if output is None else _json.loads(output),
+            error,
+            row[1],
+            position,
+            call,
         )
         if not remember:
             return record
@@ -187,25 +264,13 @@ class Durable:
         kwargs: dict[str, Any],
         timeout: float | None = None,
     ) -> Any:
-        if timeout is not None:
-            timeout = check_seconds("step timeout", timeout, zero=False)
-        name = self.unique_name(name)
-        done = self.get(name)
+        """A step of a sync workflow, `name` already made unique (unique_name). The async
+        twin (AsyncContext.step) goes through the same memo, begin_step and the same
+        records, with `fn` awaited on the loop or run in a thread."""
+        done = self.check(name, step_call(fn, args, kwargs))
         if done is not None and done.state == StepState.SUCCEEDED:
             return done.output
-        started = datetime.now().astimezone()
-        # visible while its body runs (`pgqueue runs show`, the dashboard, pgqueue.steps)
-        # once it has run a while: the write is also a lease check, done here first when
-        # the worker cannot vouch for the lease
-        shown = None
-        if self.holds is not None and self.holds():
-            shown = RUNNING_STEPS.show_later(
-                functools.partial(
-                    self.record, name, StepState.RUNNING, started_at=started, remember=False
-                )
-            )
-        else:
-            self.record(name, StepState.RUNNING, started_at=started)
+        begun = self.begin_step(name, later=self.vouched())
         try:
             try:
                 if timeout is None:
@@ -213,21 +278,45 @@ class Durable:
                 else:
                     result = _within(name, timeout, fn, args, kwargs)
             finally:
-                if shown is not None:
-                    shown.done()  # before the outcome: it lands after a `running` row
+                begun.done()  # before the outcome: it lands after a `running` row
         except Exception as exc:
-            self.record(
-                name, StepState.FAILED, error=f"{type(exc).__name__}: {exc}", started_at=started
-            )
+            self.step_failed(name, begun, exc)
             raise
+        return self.step_succeeded(name, begun, result)
+
+    def vouched(self) -> bool:
+        """The worker knows it still holds the run: a step may start without a round
+        trip (its `running` row is written later, if it runs a while)."""
+        return self.holds is not None and self.holds()
+
+    def begin_step(self, name: str, *, later: bool) -> Begun:
+        """A step's body is about to run. It is visible while it runs (`pgqueue runs
+        show`, the dashboard, pgqueue.steps) once it has run a while (`later`, when the
+        worker vouches for the lease); otherwise its `running` row is written now, as
+        the lease check it then is."""
+        started = datetime.now().astimezone()
+        if later:
+            write = functools.partial(
+                self.record, name, StepState.RUNNING, started_at=started, remember=False
+            )
+            return Begun(started, RUNNING_STEPS.show_later(write))
+        self.record(name, StepState.RUNNING, started_at=started)
+        return Begun(started, None)
+
+    def step_failed(self, name: str, begun: Begun, exc: BaseException) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        self.record(name, StepState.FAILED, error=error, started_at=begun.started)
+
+    def step_succeeded(self, name: str, begun: Begun, result: Any) -> Any:
+        """Store the step's result; the value returned is the one a replay returns."""
         text = _json.dumps(
             result,
             what=f"the result of step {name!r}",
             limit=self.database.max_payload_bytes,
             max_depth=self.database.max_json_depth,
         )
-        self.record(name, StepState.SUCCEEDED, output=text, started_at=started)
-        return _json.loads(text)  # the same value a replay will return
+        self.record(name, StepState.SUCCEEDED, output=text, started_at=begun.started)
+        return _json.loads(text)
 
     def emit_event(
         self, name: str, event: str, key: str | None, payload: Any, delay: float | None
@@ -236,8 +325,7 @@ class Durable:
         workflows and its step commit together, so a replay (or a retry after a crash)
         returns the stored event id and emits nothing."""
         params = _events.event_params(self.database, event, key, payload, delay)
-        name = self.unique_name(name)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.emit_event {event}", [key]))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return int(rec.output["event_id"])
         with self.database.connection() as conn, conn.transaction():
@@ -248,8 +336,8 @@ class Durable:
         return event_id
 
     def sleep_until(self, name: str, spec: dict[str, Any]) -> None:
-        name = self.unique_name(name)
-        rec = self.get(name)
+        # what it sleeps for is not compared: a deadline is often computed from the clock
+        rec = self.check(name, call_text("ctx.sleep_until" if "until" in spec else "ctx.sleep"))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return
         if rec is None:
@@ -272,8 +360,7 @@ class Durable:
         key = check_key("event key", key)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout, zero=True)
-        name = self.unique_name(name)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.wait_for_event {event}", [key]))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
         spec = {"event": event, "key": key, "timeout": timeout}
@@ -317,8 +404,7 @@ class Durable:
 
         if timeout is not None:
             timeout = check_seconds("call timeout", timeout, zero=False)
-        name = self.unique_name(name)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.call {task.name}", args, kwargs))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return rec.output
         if (
@@ -335,7 +421,8 @@ class Durable:
             rec = self.record(name, StepState.WAITING, output=_json.dumps(spec, what="call"))
         with self.database.connection() as conn:
             row = conn.execute(_sql.query("child_state"), {"id": child_id}).fetchone()
-        assert row is not None, f"child run {child_id} disappeared"
+        if row is None:
+            raise ChildMissing(child_id, self.run_id, name)
         state, result, error, child_task = row
         if state == RunState.SUCCEEDED:
             self.record(name, StepState.SUCCEEDED, output=_json.dumps(result, what="child result"))
@@ -369,8 +456,7 @@ class Durable:
     ) -> RunHandle:
         from pgqueue.runs.handle import RunHandle
 
-        name = self.unique_name(name)
-        rec = self.get(name)
+        rec = self.check(name, call_text(f"ctx.spawn {task.name}", args, kwargs))
         if rec is not None and rec.state == StepState.SUCCEEDED:
             return RunHandle(int(rec.output["run_id"]), self.database, created=False)
         handle = self._enqueue_child(name, task, args, kwargs)

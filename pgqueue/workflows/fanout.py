@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.db import payload as _json
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.options import EnqueueOptions
-from pgqueue.errors import ChildFailed
+from pgqueue.errors import ChildFailed, ChildMissing
 from pgqueue.states import RunState, StepState
+from pgqueue.workflows.determinism import call_text
 
 if TYPE_CHECKING:
     from pgqueue.tasks.task import Task
@@ -36,8 +37,7 @@ def map_children(
 ) -> list[Any]:
     from pgqueue.workflows.durable import CHILD_KEY, Suspend
 
-    name = durable.unique_name(name)
-    rec = durable.get(name)
+    rec = durable.check(name, call_text(f"ctx.map {task.name}"))
     if rec is not None and rec.state == StepState.SUCCEEDED:
         return _outcomes(rec.output)
     if rec is not None and rec.state == StepState.WAITING:
@@ -58,7 +58,8 @@ def map_children(
     pending = None
     for child_id in ids:
         row = by_id.get(child_id)
-        assert row is not None, f"child run {child_id} disappeared"
+        if row is None:
+            raise ChildMissing(child_id, durable.run_id, name)
         _, state, result, error, child_task = row
         if state == RunState.SUCCEEDED:
             outcomes.append({"ok": result})

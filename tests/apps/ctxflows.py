@@ -75,3 +75,11 @@ def sleeper(ctx: pgqueue.Context, seconds: float) -> str:
 @app.workflow(name="ctxflows.waiter")
 def waiter(ctx: pgqueue.Context, key: str) -> object:
     return ctx.wait_for_event("wait", event="ctx.tick", key=key, timeout=120)
+
+
+@app.workflow(name="ctxflows.emits_later", retry=FAST)
+def emits_later(ctx: pgqueue.Context, key: str, delay: float) -> int:
+    """A delayed event, emitted once whatever the replays (its next step fails once)."""
+    event_id = ctx.emit_event("tell", "ctx.tick", key=key, payload="later", delay=delay)
+    ctx.step("after", fail_first, ctx, "after")
+    return event_id

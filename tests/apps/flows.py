@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -107,3 +108,37 @@ def loop(ctx: pgqueue.Context, n: int) -> list[int]:
 @app.workflow(name="flows.waits_on_child")
 def waits_on_child(ctx: pgqueue.Context) -> Any:
     return ctx.call("long", waiter, "never", None)
+
+
+@app.workflow(name="flows.calls_missing")
+def calls_missing(ctx: pgqueue.Context) -> Any:
+    """Its child is deleted while it waits (tests/workflows/test_durable.py); the call's
+    deadline wakes it."""
+    return ctx.call("long", waiter, "never", None, timeout=1.5)
+
+
+@app.workflow(name="flows.maps_missing")
+def maps_missing(ctx: pgqueue.Context) -> Any:
+    return ctx.map("many", waiter, [("never-1", None), ("never-2", None)])
+
+
+# The code a worker runs for flows.deployed: "v1", or after a deploy that changed what the
+# replay calls (tests/workflows/test_determinism.py): "args" (step 'a' with another
+# argument), "inserted" (a step before 'a'), "renamed" (another function under 'a').
+CODE = os.environ.get("FLOWS_CODE", "v1")
+
+
+def other_effect(tag: str, run_id: int, value: Any) -> Any:
+    record(f"other:{tag}", run_id)
+    return value
+
+
+@app.workflow(name="flows.deployed")
+def deployed(ctx: pgqueue.Context, n: int) -> int:
+    if CODE == "inserted":
+        ctx.step("new", effect, "new", ctx.run_id, 0)
+    fn = other_effect if CODE == "renamed" else effect
+    a = ctx.step("a", fn, "a", ctx.run_id, n + 1 if CODE == "args" else n)
+    ctx.wait_for_event("go", event="flows.go", key=str(ctx.run_id))
+    b = ctx.step("b", effect, "b", ctx.run_id, 1)
+    return int(a) + int(b)

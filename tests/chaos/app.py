@@ -176,7 +176,10 @@ def limited(tag: str, group: str, seconds: float) -> dict[str, Any]:
     return result(tag)
 
 
-def _step_body(tag: str, run_id: int, step: str, attempt: int, seconds: float) -> int:
+def _step_body(tag: str, run_id: int, step: str, seconds: float) -> int:
+    # the attempt from the run's Context: an argument must be the same on every replay
+    # (the determinism check compares a memoized step's arguments with its record's)
+    attempt = pgqueue.current().attempt
     execution = Execution("step", tag, run_id=run_id, step=step, attempt=attempt)
     time.sleep(seconds)
     execution.end()
@@ -188,7 +191,7 @@ def flow(ctx: pgqueue.Context, tag: str, steps: int, seconds: float) -> dict[str
     done = 0
     for i in range(steps):
         name = f"s{i}"
-        done += ctx.step(name, _step_body, tag, ctx.run_id, name, ctx.attempt, seconds)
+        done += ctx.step(name, _step_body, tag, ctx.run_id, name, seconds)
     return result(tag) | {"done": done}
 
 

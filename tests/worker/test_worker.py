@@ -415,6 +415,70 @@ def test_hooks_run_once_and_cannot_change_the_outcome(app: pgqueue.App) -> None:
     assert app.get_run(g.id).state == "succeeded"
 
 
+def test_a_timed_out_attempt_is_retried_and_the_retry_succeeds(app: pgqueue.App) -> None:
+    """timeout -> retry -> success, for a sync task (its thread told to stop through
+    ctx.cancelled, its late return dropped) and an async one (cancelled for real)."""
+    late: list[str] = []
+
+    @app.task(timeout=0.3, max_attempts=3, retry=FAST)
+    def sync_slow_once() -> str:
+        ctx = pgqueue.current()
+        if ctx.attempt == 1:
+            ctx.wait_cancelled(10)
+            late.append("returned")
+            return "late"
+        return "sync ok"
+
+    @app.task(timeout=0.3, max_attempts=3, retry=FAST)
+    async def async_slow_once() -> str:
+        if pgqueue.current().attempt == 1:
+            await asyncio.sleep(30)
+        return "async ok"
+
+    s, a = sync_slow_once.enqueue(), async_slow_once.enqueue()
+    with InProcessWorker(app, stage_interval=0.05):
+        assert s.wait(timeout=10) == "sync ok"
+        assert a.wait(timeout=10) == "async ok"
+        # the first attempt's thread was told to stop, and did; what it returned was dropped
+        wait_until(lambda: late == ["returned"], message="the timed-out thread's return")
+    for h in (s, a):
+        run = app.get_run(h.id)
+        assert (run.state, run.attempt) == ("succeeded", 2)
+        errors = app.run_errors(h.id)
+        assert [(e["attempt"], e["kind"]) for e in errors] == [(1, "timeout")]
+        assert "timeout of 0.3s" in errors[0]["message"]
+
+
+def test_an_on_success_hook_runs_once_after_the_success_is_written(app: pgqueue.App) -> None:
+    seen: list[tuple[str, int, Any, str, bool]] = []
+
+    def sync_hook(ctx: pgqueue.Context, result: Any) -> None:
+        state = app.get_run(ctx.run_id).state
+        seen.append(("sync", ctx.run_id, result, state, pgqueue.current() is ctx))
+
+    async def async_hook(ctx: pgqueue.Context, result: Any) -> None:
+        state = (await asyncio.to_thread(app.get_run, ctx.run_id)).state
+        seen.append(("async", ctx.run_id, result, state, pgqueue.current() is ctx))
+
+    @app.task(on_success=sync_hook)
+    def plain(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    @app.workflow(on_success=async_hook)
+    def flow(ctx: pgqueue.Context, n: int) -> list[int]:
+        return [ctx.step("double", lambda: n * 2)]
+
+    p, f = plain.enqueue(3), flow.enqueue(4)
+    with InProcessWorker(app, stage_interval=0.05):
+        assert p.wait(timeout=10) == {"n": 3}
+        assert f.wait(timeout=10) == [8]
+        wait_until(lambda: len(seen) == 2, message="both hooks")
+    assert sorted(seen) == [
+        ("async", f.id, [8], "succeeded", True),
+        ("sync", p.id, {"n": 3}, "succeeded", True),
+    ]
+
+
 def test_priority_lower_runs_first(app: pgqueue.App) -> None:
     order: list[int] = []
 
@@ -635,7 +699,8 @@ def test_a_running_step_commits_asynchronously_its_outcome_does_not(
     token = conn.execute(_sql.query("claim"), {**claim, "queue": "default"}).fetchone()[8]
     setting = "SELECT current_setting('synchronous_commit')"
     step = {"run_id": h.id, "lease_token": token, "name": "s", "output": None, "error": None,
-            "attempt": 1, "started_at": None, "waited": None}  # fmt: skip
+            "attempt": 1, "started_at": None, "waited": None, "position": 0,
+            "call": "f"}  # fmt: skip
     for state, output, inside in [("running", None, "off"), ("succeeded", "1", "on")]:
         with conn.transaction():
             row = conn.execute(

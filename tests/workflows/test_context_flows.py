@@ -141,3 +141,28 @@ def test_sleeps_and_delayed_events_wake_within_100ms(dsn: str, flows_app: pgqueu
     for lateness in (sorted(sleeps), sorted(events)):
         assert all(0 <= late < 0.5 for late in lateness), lateness
         assert sum(late >= 0.1 for late in lateness) <= 1, lateness
+
+
+def test_a_delayed_emit_is_delivered_once_after_its_delay(dsn: str, flows_app: pgqueue.App) -> None:
+    waiting = flows.waiter.enqueue("late-1")
+    with WorkerProcess(dsn, APP, *DEFAULT).wait_ready():
+        wait_until(lambda: flows_app.get_run(waiting.id).state == "waiting", message="the wait")
+        emitter = flows.emits_later.enqueue("late-1", 1.5)
+        event_id = emitter.wait(timeout=20)
+        assert flows_app.get_run(emitter.id).attempt == 2  # the replay did not emit again
+        assert waiting.wait(timeout=20) == "later"
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.events WHERE key = 'late-1'") == 1
+    delayed = scalar(
+        dsn,
+        "SELECT extract(epoch FROM deliver_at - created_at)::float8 FROM pgqueue.events "
+        "WHERE id = %s",
+        (event_id,),
+    )
+    assert 1.5 <= delayed < 1.6, delayed
+    woken = scalar(
+        dsn,
+        "SELECT extract(epoch FROM r.finished_at - e.deliver_at)::float8 "
+        "FROM pgqueue.runs r, pgqueue.events e WHERE r.id = %s AND e.id = %s",
+        (waiting.id, event_id),
+    )
+    assert woken >= 0, "the waiter woke before the event's delivery time"

@@ -206,3 +206,41 @@ def test_an_event_wait_on_a_key_over_512_bytes_fails_its_run(dsn: str, flows: pg
         info.value.run.error or ""
     )
     assert flows.run_steps(h.id) == []
+
+
+def children_of(dsn: str, run_id: int) -> list[int]:
+    with psycopg.connect(dsn) as c:
+        rows = c.execute("SELECT id FROM pgqueue.runs WHERE parent_id = %s ORDER BY id", (run_id,))
+        return [r[0] for r in rows]
+
+
+def test_a_child_that_disappeared_fails_the_parent_with_child_missing(
+    dsn: str, flows: pgqueue.App
+) -> None:
+    from tests.apps.flows import calls_missing, maps_missing
+
+    called, mapped = calls_missing.enqueue(), maps_missing.enqueue()
+    with WorkerProcess(dsn, APP).wait_ready():
+        wait_until(lambda: len(children_of(dsn, called.id)) == 1, message="the call's child")
+        wait_until(lambda: len(children_of(dsn, mapped.id)) == 2, message="the map's children")
+        wait_until(
+            lambda: state(flows, called.id) == state(flows, mapped.id) == "waiting",
+            message="both parents waiting",
+        )
+        [gone] = children_of(dsn, called.id)
+        first, last = children_of(dsn, mapped.id)
+        with psycopg.connect(dsn, autocommit=True) as c:  # as an operator's DELETE would
+            c.execute("DELETE FROM pgqueue.runs WHERE id = ANY(%s)", ([gone, first],))
+        flows.cancel(last)  # wakes the map's parent, which finds its first child gone
+        with pytest.raises(pgqueue.RunFailed) as call_info:
+            called.wait(timeout=20)
+        with pytest.raises(pgqueue.RunFailed) as map_info:
+            mapped.wait(timeout=20)
+    assert f"ChildMissing: child run {gone} of step 'long' (parent run {called.id})" in str(
+        call_info.value
+    )
+    assert f"ChildMissing: child run {first} of step 'many'" in str(map_info.value)
+    for h in (called, mapped):  # not retried: a replay would find it missing again
+        run = flows.get_run(h.id)
+        assert run.attempt == 1 and run.max_attempts == 3
+        assert [e["kind"] for e in flows.run_errors(h.id)] == ["non_retryable"]
