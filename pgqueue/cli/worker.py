@@ -246,6 +246,12 @@ def worker(
         open_app(dsn, embedded, app_spec)  # a bad --app or DSN fails here, once
         _reload.supervise(reload_dirs, stop_timeout=min(grace, 10) + 2)
         return
+    if processes and app_spec.startswith("pgqueue.contrib."):
+        fail(
+            "--processes needs --app MODULE:ATTR, the module your App is defined in: child"
+            " processes import the App from there, and cannot import the one a framework's"
+            " command configured"
+        )
     _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec, pooler=pooler)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.db import payload as _json
+from pgqueue.errors import ConfigError
 from pgqueue.worker import attempt as _attempt
 from pgqueue.worker._threads import DaemonThreads
 from pgqueue.worker.producer import rss_mb
@@ -245,13 +246,13 @@ class Processes:
         return sorted(c.pid for c in self.children)
 
     async def start(self) -> None:
-        """Start the children; return once one is ready (RuntimeError if the first ones
+        """Start the children; return once one is ready (ConfigError if the first ones
         die before: the app cannot be imported there)."""
         self._fill()
         try:
             await asyncio.wait_for(asyncio.shield(self._first_ready), READY_TIMEOUT)
         except TimeoutError:
-            raise RuntimeError(
+            raise ConfigError(
                 f"no child process imported {self.app_path} within {READY_TIMEOUT:g}s"
             ) from None
         log.info(
@@ -495,9 +496,9 @@ class Processes:
             return
         if not child.ready and not self._first_ready.done() and self._failed_starts >= 3:
             self._first_ready.set_exception(
-                RuntimeError(
-                    f"child processes exit before they are ready: cannot import "
-                    f"{self.app_path} in a child (see its error above)"
+                ConfigError(
+                    f"the child processes exit before they are ready: {self.app_path} "
+                    "cannot be imported in a fresh process (see the child's error above)"
                 )
             )
             return
@@ -624,11 +625,17 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _load_app(spec: str) -> Any:
+    """The App at MODULE:ATTR; a child with none there says so and exits 2."""
     module_name, _, attr = spec.partition(":")
     module = importlib.import_module(module_name)
-    app = module
-    for part in attr.split("."):
-        app = getattr(app, part)
+    app = getattr(module, attr, None)
+    if not hasattr(app, "make_context") or not hasattr(app, "tasks"):
+        print(
+            f"pgqueue child process: {attr!r} in {module_name} is not a pgqueue.App "
+            f"(found {type(app).__name__})",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     return app
 
 

@@ -3,6 +3,7 @@ limits, recycling, cancel, and children that never outlive their worker."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 import pgqueue
 from pgqueue.cli import main
-from pgqueue.errors import RunFailed
+from pgqueue.errors import ConfigError, RunFailed
 from pgqueue.worker import Worker
 from tests.apps.procs import app as procs_app
 from tests.apps.procs import (
@@ -177,3 +178,42 @@ def test_a_bad_processes_value_is_one_line_exit_2(
     err = capsys.readouterr().err
     assert exc.value.code == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and "--processes" in err, err
+
+
+def test_the_python_api_runs_a_burst_in_children(procs: pgqueue.App) -> None:
+    """app.worker(processes=N) in this process (its main thread): the app's path is
+    found from its tasks' module, and the burst ends with every child gone."""
+    handles = pid.enqueue_many([() for _ in range(6)])
+    worker = procs.worker(processes=2, install_signal_handlers=False)
+    worker.run(burst=True)
+    pids = {procs.get_run(h.id).result for h in handles}
+    assert os.getpid() not in pids and len(pids) <= 2, pids
+    for child in pids:
+        wait_until(lambda c=child: not alive(c), 10, message=f"child {child} to exit")
+
+
+def test_children_that_cannot_import_the_app_stop_the_worker(procs: pgqueue.App) -> None:
+    worker = procs.worker(
+        processes=1, app_path="tests.apps.procs:nothing", install_signal_handlers=False
+    )
+    with pytest.raises(ConfigError, match="cannot be imported in a fresh process"):
+        worker.run(burst=True)
+
+
+def test_a_framework_command_needs_an_app_path_for_processes(
+    capsys: pytest.CaptureFixture[str], dsn: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(
+            [
+                "worker",
+                "--dsn",
+                dsn,
+                "--app",
+                "pgqueue.contrib._cli:current_app",
+                "--processes",
+                "2",
+            ]
+        )
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--app MODULE:ATTR" in err, err
