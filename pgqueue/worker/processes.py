@@ -51,6 +51,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgqueue import _logging
 from pgqueue.db import payload as _json
 from pgqueue.errors import ConfigError
 from pgqueue.worker import attempt as _attempt
@@ -93,6 +94,16 @@ def find_app_path(app: object, tasks: Any) -> str | None:
             if value is app:
                 return f"{name}:{attr}"
     return None
+
+
+def log_setup() -> list[str] | None:
+    """The root logger's level and format ("text" or "json") if this process set it up
+    (the CLI's --log-level and --log-format), for the children to log the same way."""
+    root = logging.getLogger()
+    if not root.handlers:
+        return None
+    json_ = any(isinstance(h.formatter, _logging.JsonFormatter) for h in root.handlers)
+    return [logging.getLevelName(root.level), "json" if json_ else "text"]
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -223,6 +234,7 @@ class Processes:
         self.app_path = app_path
         self.hello = {"op": "hello", "app": app_path, "path": sys.path, **hello}
         self.hello["parent"] = os.getpid()
+        self.hello["log"] = log_setup()
         self.grace = grace
         self.max_runs = max_runs
         self.max_memory_mb = max_memory_mb
@@ -555,6 +567,9 @@ def child_main(argv: list[str]) -> None:
     if not isinstance(hello, dict):
         return
     _die_with_parent(int(hello["parent"]))
+    if hello.get("log"):
+        _logging.setup(*hello["log"])
+    _logging.install_run_fields()  # a task's log records carry its run's fields
     sys.path[:] = [p for p in hello["path"] if isinstance(p, str)]
     app = _load_app(str(hello["app"]))
     _configure(app, hello.get("dsn"), hello.get("pooler"))

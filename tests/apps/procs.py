@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -85,3 +86,8 @@ def _note(ctx: pgqueue.Context, result: object) -> None:
 @app.task(name="procs.hooked", on_success=_note)
 def hooked() -> int:
     return os.getpid()
+
+
+@app.task(name="procs.logs")
+def logs() -> None:
+    logging.getLogger("procs").warning("a line from a child")

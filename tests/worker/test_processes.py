@@ -3,6 +3,7 @@ limits, recycling, cancel, and children that never outlive their worker."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tests.apps.procs import (
     leak,
     limited_hog,
     limited_pid,
+    logs,
     parent_pid,
     pid,
     spin,
@@ -119,6 +121,20 @@ def test_max_runs_recycles_each_child(dsn: str, procs: pgqueue.App) -> None:
     assert log.count("recycled: 2 runs (max_runs)") >= 2, log
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5], pids
     assert len(set(pids)) == 3, pids
+
+
+def test_a_childs_log_lines_carry_the_run_in_the_workers_format(
+    dsn: str, procs: pgqueue.App
+) -> None:
+    with WorkerProcess(dsn, APP, "--processes", "1", "--log-format", "json") as worker:
+        worker.wait_ready()
+        h = logs.enqueue()
+        h.wait(timeout=30)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        lines = [json.loads(x) for x in worker.output().splitlines() if x.startswith("{")]
+    found = [line for line in lines if line["message"] == "a line from a child"]
+    assert len(found) == 1 and found[0]["pgqueue_run_id"] == h.id, lines
 
 
 def test_max_memory_recycles_a_child_over_it(dsn: str, procs: pgqueue.App) -> None:
