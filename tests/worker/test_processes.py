@@ -176,6 +176,32 @@ def test_children_die_with_a_killed_worker_whose_runs_are_rescued(
         assert procs.get_run(h.id).attempt == 2
 
 
+def test_a_lost_lease_stops_the_child_and_writes_nothing(dsn: str, procs: pgqueue.App) -> None:
+    """Worker `first` is frozen past its lease while its child spins; `second` rescues the
+    run and finishes it. Once `first` thaws, it finds its lease lost: its child is told,
+    then killed after the grace, and nothing of its attempt is written."""
+    args = ("--processes", "1", "--lease-seconds", "2", "--grace", "1")
+    with WorkerProcess(dsn, APP, *args) as first:
+        first.wait_ready()
+        h = spin.enqueue(3600)
+        child = child_of(dsn, h.id)
+        first.signal(signal.SIGSTOP)
+        try:
+            with WorkerProcess(dsn, APP, "--processes", "1") as second:
+                second.wait_ready()
+                done = h.wait(timeout=60)
+        finally:
+            first.signal(signal.SIGCONT)
+        wait_until(lambda: not alive(child), 20, message=f"child {child} to be stopped")
+        run = procs.get_run(h.id)
+        assert (run.state, run.attempt, run.result) == ("succeeded", 2, done)
+        first.signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+        log = first.output()
+    assert done != child and f"killing child process {child}" in log, log
+    assert "its lease was lost" in log, log
+
+
 def test_the_app_path_is_found_or_must_be_given() -> None:
     assert Worker(procs_app, processes=1).app_path == APP
     assert Worker(procs_app, processes=2).concurrency == 2
