@@ -10,8 +10,8 @@ The parent and a child speak JSON, one message a line, over two pipes of their o
 child's stdin, stdout and stderr stay the worker's: a task's prints and tracebacks show in
 the worker's log). Nothing is pickled.
 
-    parent -> child   {"op": "hello", "app": "MODULE:ATTR", "path": [...], "dsn": ...,
-                       "pooler": ..., "worker_id": ..., "parent": PID}      (first line)
+    parent -> child   {"op": "hello", "app": "MODULE:ATTR", "dsn": ..., "pooler": ...,
+                       "worker_id": ..., "parent": PID, "log": [LEVEL, FORMAT]} (first)
                       {"op": "run", "row": [...Claimed...]}
                       {"op": "cancel"}          ctx.cancelled turns true in the child
     child -> parent   {"op": "ready", "pid": PID}
@@ -48,7 +48,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import _logging
@@ -232,7 +231,7 @@ class Processes:
     ) -> None:
         self.size = size
         self.app_path = app_path
-        self.hello = {"op": "hello", "app": app_path, "path": sys.path, **hello}
+        self.hello = {"op": "hello", "app": app_path, **hello}
         self.hello["parent"] = os.getpid()
         self.hello["log"] = log_setup()
         self.grace = grace
@@ -390,11 +389,8 @@ class Processes:
         up_r, up_w = os.pipe()  # child -> parent
         os.set_inheritable(down_r, True)
         os.set_inheritable(up_w, True)
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, env.get("PYTHONPATH", "")) if p
-        )
+        # the worker's sys.path, which the child takes before it imports anything
+        env = {**os.environ, PATH_ENV: _json.dumps(sys.path, what="sys.path")}
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", CHILD_MAIN, str(down_r), str(up_w)],
@@ -550,8 +546,14 @@ def _exit_logger(child: Child) -> Callable[[asyncio.Future[int]], None]:
 
 # -- the child's side -------------------------------------------------------------------
 
-# What a child runs (python -c): this module's child_main, with its two pipes' fds.
-CHILD_MAIN = "import sys; from pgqueue.worker.processes import child_main; child_main(sys.argv[1:])"
+# What a child runs (python -c CHILD_MAIN FD_IN FD_OUT): the worker's sys.path (from the
+# environment), so that it imports this very pgqueue and the app as the worker did, then
+# this module's child_main with its two pipes' fds.
+PATH_ENV = "PGQUEUE_CHILD_SYS_PATH"
+CHILD_MAIN = (
+    "import json, os, sys; sys.path[:] = json.loads(os.environ.pop('PGQUEUE_CHILD_SYS_PATH')); "
+    "from pgqueue.worker.processes import child_main; child_main(sys.argv[1:])"
+)
 
 
 def child_main(argv: list[str]) -> None:
@@ -570,7 +572,6 @@ def child_main(argv: list[str]) -> None:
     if hello.get("log"):
         _logging.setup(*hello["log"])
     _logging.install_run_fields()  # a task's log records carry its run's fields
-    sys.path[:] = [p for p in hello["path"] if isinstance(p, str)]
     app = _load_app(str(hello["app"]))
     _configure(app, hello.get("dsn"), hello.get("pooler"))
     worker_id = uuid.UUID(hello["worker_id"])
