@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -172,6 +173,8 @@ class Worker:
             raise ValueError("max_memory_mb must be > 0 (or None: no limit)")
         if processes is not None and (isinstance(processes, bool) or processes < 1):
             raise ValueError("processes must be >= 1 (or None: sync tasks run in threads)")
+        if processes is not None and sys.platform == "win32":
+            raise ValueError("processes need a POSIX system (Linux, macOS): pipes the loop reads")
         if processes is not None and app_path is None:
             app_path = find_app_path(app, app.tasks.values())
             if app_path is None:

@@ -245,6 +245,7 @@ class Processes:
         self._closing: list[subprocess.Popen[bytes]] = []  # the children close() stopped
         self._failed_starts = 0  # children that died before they were ready, in a row
         self._respawn: asyncio.TimerHandle | None = None
+        self._reaping: set[asyncio.Future[int]] = set()  # waits for exited children
         self._first_ready: asyncio.Future[None] = self._loop.create_future()
 
     @staticmethod
@@ -315,8 +316,8 @@ class Processes:
         return outcome_from(fields)
 
     def close(self) -> None:
-        """Stop every child: idle ones read the end of their pipe and exit; those still
-        running a (released) attempt are killed after EXIT_WAIT."""
+        """Stop every child: each reads the end of its pipe and exits, even mid-run (its
+        reader thread ends the process); closed() kills one still there EXIT_WAIT later."""
         self._closed = True
         self._closing = [c.proc for c in self.children]
         if self._respawn is not None:
@@ -499,6 +500,8 @@ class Processes:
         if not child.ready and not child.retiring:
             self._failed_starts += 1
         reaped = asyncio.ensure_future(asyncio.to_thread(child.proc.wait))
+        self._reaping.add(reaped)  # the loop keeps only a weak reference to a task
+        reaped.add_done_callback(self._reaping.discard)
         reaped.add_done_callback(_exit_logger(child))
         if self._closed:
             return
