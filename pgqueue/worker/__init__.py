@@ -3,6 +3,8 @@
 producer     - claims runs in batches (SKIP LOCKED) whenever slots are free (producer.py)
 executor     - owns each attempt's life: threads for sync tasks, the event loop for async
                ones, timeouts, hooks, lost leases (executor.py, attempt.py)
+processes    - with processes=N, sync tasks' code in child processes, JSON on pipes,
+               killed past their stop and recycled (processes.py)
 completer    - writes outcomes in batches, fenced by lease (_completer.py)
 listener     - LISTEN for new work, cancels, queue config and due times, read with
                bounded memory and loop time whatever arrives (notifications.py)
