@@ -495,14 +495,13 @@ class Processes:
         os.close(child.from_child)
         child.close_pipe()
         child.disarm()
-        if child.reply is not None and not child.reply.done():
-            child.reply.set_result(None)
         if not child.ready and not child.retiring:
             self._failed_starts += 1
         reaped = asyncio.ensure_future(asyncio.to_thread(child.proc.wait))
         self._reaping.add(reaped)  # the loop keeps only a weak reference to a task
         reaped.add_done_callback(self._reaping.discard)
-        reaped.add_done_callback(_exit_logger(child))
+        # its attempt (if any) is settled once it is reaped: its exit code is known then
+        reaped.add_done_callback(_exit_settled(child))
         if self._closed:
             return
         if not child.ready and not self._first_ready.done() and self._failed_starts >= 3:
@@ -534,17 +533,21 @@ class Processes:
         )
 
 
-def _exit_logger(child: Child) -> Callable[[asyncio.Future[int]], None]:
-    """Logs how a child exited, unless it was a clean exit or our own kill."""
+def _exit_settled(child: Child) -> Callable[[asyncio.Future[int]], None]:
+    """Once an exited child is reaped: its attempt's reply (None: it died under it), and
+    a log line unless it was a clean exit or our own kill."""
 
-    def logged(done: asyncio.Future[int]) -> None:
+    def settled(done: asyncio.Future[int]) -> None:
+        reply = child.reply
+        if reply is not None and not reply.done():
+            reply.set_result(None)
         if done.cancelled() or done.exception() is not None:
             return
         code = done.result()
-        if code not in (0, -signal.SIGKILL) or not child.ready:
+        if code not in (0, -signal.SIGKILL):
             log.warning("child process %d exited with code %s", child.pid, code)
 
-    return logged
+    return settled
 
 
 # -- the child's side -------------------------------------------------------------------

@@ -91,3 +91,18 @@ def hooked() -> int:
 @app.task(name="procs.logs")
 def logs() -> None:
     logging.getLogger("procs").warning("a line from a child")
+
+
+@app.task(name="procs.exits", max_attempts=1)
+def exits(code: int) -> None:
+    """Ends its process as hostile code may (no exception, no cleanup)."""
+    os._exit(code)
+
+
+@app.task(name="procs.polite")
+def polite() -> int:
+    """Sleeps until told to stop (ctx.cancelled, sent to the child), then returns."""
+    ctx = pgqueue.current()
+    ctx.progress(0, message=str(os.getpid()))
+    ctx.wait_cancelled(3600)
+    return os.getpid()

@@ -17,6 +17,7 @@ from pgqueue.errors import ConfigError, RunFailed
 from pgqueue.worker import Worker
 from tests.apps.procs import app as procs_app
 from tests.apps.procs import (
+    exits,
     fails,
     hog,
     hooked,
@@ -26,6 +27,7 @@ from tests.apps.procs import (
     logs,
     parent_pid,
     pid,
+    polite,
     spin,
 )
 from tests.helpers import WorkerProcess, scalar, wait_until
@@ -117,7 +119,7 @@ def test_max_runs_recycles_each_child(dsn: str, procs: pgqueue.App) -> None:
         worker.signal(signal.SIGTERM)
         assert worker.wait(30) == 0
         log = worker.output()
-    assert "child process" not in log or "exited with code" not in log, log
+    assert "exited with code" not in log, log
     assert log.count("recycled: 2 runs (max_runs)") >= 2, log
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5], pids
     assert len(set(pids)) == 3, pids
@@ -159,6 +161,34 @@ def test_cancel_stops_the_child_and_the_run_is_canceled(dsn: str, procs: pgqueue
         wait_until(lambda: not alive(child), 15, message=f"child {child} to be killed")
         assert procs.get_run(h.id).state == "canceled"
         assert pid.enqueue().wait(timeout=30) not in (child, worker.pid)
+
+
+def test_a_child_that_exits_under_a_run_fails_it_and_is_replaced(
+    dsn: str, procs: pgqueue.App
+) -> None:
+    with WorkerProcess(dsn, APP, "--processes", "1") as worker:
+        worker.wait_ready()
+        before = pid.enqueue().wait(timeout=30)
+        with pytest.raises(RunFailed, match="exited with code 3"):
+            exits.enqueue(3).wait(timeout=30)
+        after = pid.enqueue().wait(timeout=30)
+    assert before != after and worker.pid not in (before, after)
+
+
+def test_a_child_whose_code_heeds_the_cancel_is_kept(dsn: str, procs: pgqueue.App) -> None:
+    """ctx.cancelled reaches the child: code that returns on it ends the attempt (the
+    run is canceled), and the same child takes the next run."""
+    with WorkerProcess(dsn, APP, "--processes", "1", "--grace", "30") as worker:
+        worker.wait_ready()
+        h = polite.enqueue()
+        child = child_of(dsn, h.id)
+        procs.cancel(h.id)
+        assert pid.enqueue().wait(timeout=20) == child
+        assert procs.get_run(h.id).state == "canceled"
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        log = worker.output()
+    assert "killing child" not in log, log
 
 
 def test_children_die_with_a_killed_worker_whose_runs_are_rescued(
