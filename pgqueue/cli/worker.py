@@ -112,6 +112,14 @@ def worker_retention(
     help="Runs in progress at once in this process. Default: 100 when every task of the"
     " app is async, else 10.",
 )
+@click.option(
+    "--processes",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Run sync tasks' code in N child processes (for CPU-bound tasks; async tasks and"
+    " workflows stay in the worker). --concurrency then defaults to N, and --max-runs and"
+    " --max-memory recycle each child. See docs/operations.md, Child processes.",
+)
 @click.option("--lease-seconds", default=30.0, show_default=True, type=click.FloatRange(1))
 @click.option(
     "--grace",
@@ -165,14 +173,16 @@ def worker_retention(
     "--max-runs",
     type=click.IntRange(1),
     help="Drain and exit 0 once this many runs were claimed (exactly that many), for a"
-    " supervisor to start a fresh process.",
+    " supervisor to start a fresh process. With --processes: replace each child process"
+    " after this many runs.",
 )
 @click.option(
     "--max-memory",
     "max_memory_mb",
     type=click.FloatRange(0, min_open=True),
     help="Drain and exit 0 once the worker's RSS exceeds this many MiB (checked before"
-    " claiming, at most ten times a second), for a supervisor to start a fresh process.",
+    " claiming, at most ten times a second), for a supervisor to start a fresh process."
+    " With --processes: replace a child process whose RSS exceeds it after a run.",
 )
 @click.option(
     "--reload",
@@ -195,6 +205,7 @@ def worker(
     app_spec: str,
     queues: str | None,
     concurrency: int | None,
+    processes: int | None,
     lease_seconds: float,
     grace: float,
     poll_interval: float,
@@ -235,6 +246,12 @@ def worker(
         open_app(dsn, embedded, app_spec)  # a bad --app or DSN fails here, once
         _reload.supervise(reload_dirs, stop_timeout=min(grace, 10) + 2)
         return
+    if processes and app_spec.startswith("pgqueue.contrib."):
+        fail(
+            "--processes needs --app MODULE:ATTR, the module your App is defined in: child"
+            " processes import the App from there, and cannot import the one a framework's"
+            " command configured"
+        )
     _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec, pooler=pooler)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
@@ -248,6 +265,8 @@ def worker(
         retention=keep_history,
         max_runs=max_runs,
         max_memory_mb=max_memory_mb,
+        processes=processes,
+        app_path=app_spec if processes else None,
     )
     from pgqueue.worker import tuned_gc
 

@@ -3,6 +3,8 @@
 producer     - claims runs in batches (SKIP LOCKED) whenever slots are free (producer.py)
 executor     - owns each attempt's life: threads for sync tasks, the event loop for async
                ones, timeouts, hooks, lost leases (executor.py, attempt.py)
+processes    - with processes=N, sync tasks' code in child processes, JSON on pipes,
+               killed past their stop and recycled (processes.py)
 completer    - writes outcomes in batches, fenced by lease (_completer.py)
 listener     - LISTEN for new work, cancels, queue config and due times, read with
                bounded memory and loop time whatever arrives (notifications.py)
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -55,6 +58,7 @@ from pgqueue.worker.maintenance.tally import TallyKeeper
 from pgqueue.worker.maintenance.worker_pruner import WorkerPruner
 from pgqueue.worker.notifications import Listener
 from pgqueue.worker.probes import Probes
+from pgqueue.worker.processes import Processes, find_app_path
 from pgqueue.worker.producer import Producer
 from pgqueue.workflows.durable import Durable
 
@@ -78,11 +82,12 @@ def executor_for(
     completer: Completer,
     permits: ZombiePermits,
     stopping: asyncio.Event,
+    processes: Processes | None = None,
 ) -> Executor:
     """The executor of a worker of `app` (on the running loop), given the narrow values it
     uses of the app: its tasks, result limits, sync wrappers, where its tracing is (read
     at each attempt, as before), how it makes an attempt's Context and a workflow's
-    Durable; its sync code runs in `threads`."""
+    Durable; its sync code runs in `threads` (or, for sync tasks, in `processes`)."""
     names = sorted(app.tasks)
     runtime = Runtime(
         tasks=app.tasks,
@@ -93,6 +98,7 @@ def executor_for(
         sync_wrappers=app.sync_wrappers,
         wrap_sync=app.wrap_sync,
         traced=app,
+        processes=processes,
     )
     return Executor(
         runtime,
@@ -119,8 +125,15 @@ class Worker:
     grace           at shutdown, how long running tasks may finish before release
     retention       how long finished runs and events are kept (None: never prune)
     metrics_port    serve Prometheus metrics on this port (needs pgqueue-jobs[metrics])
-    max_runs        drain and stop once this many runs were claimed (exactly that many)
-    max_memory_mb   drain and stop once the process's RSS exceeds this many MiB
+    max_runs        drain and stop once this many runs were claimed (exactly that many);
+                    with processes: replace a child process after this many runs
+    max_memory_mb   drain and stop once the process's RSS exceeds this many MiB; with
+                    processes: replace a child whose RSS exceeds it after a run
+    processes       run sync tasks' code in this many child processes (processes.py):
+                    for CPU-bound code; async tasks and workflows stay in this process.
+                    concurrency then defaults to it.
+    app_path        MODULE:ATTR the children import the app from (with processes; found
+                    in the modules of the app's tasks when not given)
     """
 
     # Its parts, built on the event loop once it runs (_run_parts), each complete from its
@@ -149,6 +162,8 @@ class Worker:
         metrics_port: int | None = None,
         max_runs: int | None = None,
         max_memory_mb: float | None = None,
+        processes: int | None = None,
+        app_path: str | None = None,
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -158,10 +173,23 @@ class Worker:
             raise ValueError("max_runs must be >= 1 (or None: no limit)")
         if max_memory_mb is not None and not max_memory_mb > 0:
             raise ValueError("max_memory_mb must be > 0 (or None: no limit)")
+        if processes is not None and (isinstance(processes, bool) or processes < 1):
+            raise ValueError("processes must be >= 1 (or None: sync tasks run in threads)")
+        if processes is not None and sys.platform == "win32":
+            raise ValueError("processes need a POSIX system (Linux, macOS): pipes the loop reads")
+        if processes is not None and app_path is None:
+            app_path = find_app_path(app, app.tasks.values())
+            if app_path is None:
+                raise ValueError(
+                    "processes: give app_path='MODULE:ATTR', where the child processes "
+                    "import this app from (it is in none of its tasks' modules)"
+                )
+        if app_path is not None and ":" not in app_path:
+            raise ValueError(f"app_path must look like MODULE:ATTR, not {app_path!r}")
         self.app = app
         self.queues = list(queues) if queues else app.served_queues()
         if concurrency is None:
-            concurrency = default_concurrency(app.tasks.values())
+            concurrency = processes or default_concurrency(app.tasks.values())
         self.concurrency = concurrency
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
@@ -173,6 +201,8 @@ class Worker:
         self.metrics_port = metrics_port
         self.max_runs = max_runs
         self.max_memory_mb = max_memory_mb
+        self.processes = processes
+        self.app_path = app_path
         self.id = uuid.uuid4()
         self.stats: Counter[str] = Counter()
         if any(t.workflow for t in app.tasks.values()) and app.database.pool is None:
@@ -272,6 +302,16 @@ class Worker:
         )
         limits = QueueLimits(pool)
         permits = ZombiePermits(self.id, self.lease_seconds, pool, limits)
+        processes = None
+        if self.processes is not None and self.app_path is not None:
+            processes = Processes(
+                self.processes,
+                self.app_path,
+                {"dsn": app.dsn, "pooler": app.pooler, "worker_id": str(self.id)},
+                self.grace,
+                self.max_runs,
+                self.max_memory_mb,
+            )
         self.executor = executor = executor_for(
             app,
             self.id,
@@ -283,6 +323,7 @@ class Worker:
             self.completer,
             permits,
             stop,
+            processes,
         )
         self.lease_keeper = LeaseKeeper(
             self.dsn,
@@ -309,8 +350,9 @@ class Worker:
             self.lease_seconds,
             self.poll_interval,
             self.stats,
-            max_runs=self.max_runs,
-            max_memory_mb=self.max_memory_mb,
+            # with child processes, these limits are each child's (Processes)
+            max_runs=None if processes else self.max_runs,
+            max_memory_mb=None if processes else self.max_memory_mb,
         )
         self.listener = Listener(
             self.dsn,
@@ -363,6 +405,8 @@ class Worker:
             self.lease_seconds,
         )
         try:
+            if processes is not None:
+                await processes.start()
             if self.app.listens and not burst:
                 # Do not report ready before LISTEN is in place: a run enqueued right
                 # after would otherwise wait for the next poll.
@@ -372,6 +416,9 @@ class Worker:
             self.probes.draining()
             await shutdown.drain(executor, self.completer, self.grace, self.stats)
         finally:
+            if processes is not None:
+                processes.close()
+                await processes.closed()
             await shutdown.cancel(background)
             watch.stop()
             # in a thread: a renewal in flight is waited for, and the loop is not blocked

@@ -30,6 +30,7 @@ from pgqueue.workflows.durable import Suspend
 if TYPE_CHECKING:
     from pgqueue._tracing import Tracing
     from pgqueue.worker._threads import DaemonThreads
+    from pgqueue.worker.processes import Processes
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -64,6 +65,8 @@ class Runtime:
     sync_wrappers: Sequence[object]  # the app's: a sync call is wrapped only if any
     wrap_sync: SyncWrap
     traced: Traced  # the app: its `tracing`
+    # where sync tasks' code runs instead of `threads` (pgqueue worker --processes N)
+    processes: Processes | None = None
 
 
 class AttemptTimeout(Exception):
@@ -233,6 +236,9 @@ async def attempt(
     with a hook). None means: write nothing (lease lost, canceled or released). `expire`
     is called on the loop if an async task runs past its timeout."""
     ctx: Context = held.ctx
+    processes = rt.processes
+    if processes is not None and task is not None and processes.takes(task):
+        return await _attempt_in_process(processes, held, task)
     found = checked(rt, held, task)
     if type(found) is Outcome or task is None:
         return found  # type: ignore[return-value]
@@ -273,6 +279,22 @@ async def traced_attempt(
     spans are its children, and the span records the outcome."""
     with tracing.attempt(held) as span:
         return span.ended(await attempt(rt, held, task, expire))
+
+
+async def _attempt_in_process(
+    processes: Processes, held: Held, task: Task[Any, Any]
+) -> Outcome | None:
+    """attempt() for a sync task whose code runs in a child process (validation, the
+    call and its result's encoding are the child's attempt_in_thread): its timeout is a
+    failure here, as a thread's is; its cancellation (Held.stop) writes nothing."""
+    try:
+        return await processes.attempt(held, task)
+    except asyncio.CancelledError:
+        if held.lost or held.released:
+            return None
+        raise
+    except AttemptTimeout as exc:
+        return raised(held, task, exc)
 
 
 def attempt_in_thread(rt: Runtime, held: Held, task: Task[Any, Any]) -> Outcome | None:

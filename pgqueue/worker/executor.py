@@ -1,7 +1,8 @@
 """The executor: the one owner of a claimed run's life, from the row the producer hands it
 (start) to the outcome the completer writes, its slot free and its permit released.
 Async attempts run in an asyncio task on the loop; sync attempts of tasks without hooks
-run wholly in a worker thread (no asyncio task per run); timeouts, hooks, lost leases,
+run wholly in a worker thread (no asyncio task per run), or, with child processes
+(processes.py), in an asyncio task that waits for the child; timeouts, hooks, lost leases,
 runs whose arguments cannot be decoded and the permits of threads that outlive their
 attempt are all kept here. The attempt's steps (validate, call the task, turn what
 happened into an Outcome, the hook) are attempt.py's functions, which return values."""
@@ -130,8 +131,15 @@ class Executor:
         in_thread = self.threaded.get(name)
         if in_thread is None:  # once per task name (a dict lookup per run after that)
             # wholly in a thread: a sync task with no hook (a hook runs after the write,
-            # from the event loop)
-            in_thread = task is not None and not task.is_async and not task.has_hooks
+            # from the event loop), unless its code runs in a child process (then its
+            # attempt is an asyncio task that waits for the child, as for an async task)
+            processes = self.runtime.processes
+            in_thread = (
+                task is not None
+                and not task.is_async
+                and not task.has_hooks
+                and (processes is None or not processes.takes(task))
+            )
             self.threaded[name] = in_thread
         if in_thread:
             self.start_in_thread(held)
