@@ -303,6 +303,35 @@ def test_the_management_command_says_what_is_misconfigured_in_one_line(
         assert capsys.readouterr().err.startswith(f"error: {message}")
 
 
+def test_a_database_that_is_not_postgresql_is_one_error_line() -> None:
+    """A project fresh from `startproject` (SQLite): the check and `manage.py pgqueue`
+    say what to change, in one line, and exit non-zero."""
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT), str(ROOT)])
+    env["DJANGO_SETTINGS_MODULE"] = "tests.django_site.sqlite_settings"
+    wanted = (
+        "pgqueue needs PostgreSQL, but DATABASES['default'] is sqlite: set its ENGINE to "
+        "django.db.backends.postgresql, or point PGQUEUE['DATABASE'] at a PostgreSQL alias"
+    )
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    check = manage("check")
+    assert check.returncode == 1
+    assert f"(pgqueue.E001) {wanted}" in check.stderr, check.stderr
+    command = manage("pgqueue", "migrate")
+    assert command.returncode == 2
+    assert command.stderr == f"error: {wanted}\n", command.stderr
+
+
 def test_the_management_command_worker_gets_the_default_concurrency(
     project_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
