@@ -1,5 +1,6 @@
-"""The guides' code as a reader copies it: the Flask app of docs/flask.md and the FastAPI
-service of docs/asyncio.md, written to a directory outside the repository and run there
+"""The guides' code as a reader copies it: the Flask app of docs/flask.md, the FastAPI
+service of docs/asyncio.md and docs/fastapi.md, and docs/django.md in a project made by
+`django-admin startproject`, written to a directory outside the repository and run there
 with the commands the guides give (so they must be complete: imports, models, tables)."""
 
 from __future__ import annotations
@@ -251,3 +252,120 @@ def test_the_changelog_has_a_section_for_this_version() -> None:
     )
     assert section, f"CHANGELOG.md has no section for {pgqueue.__version__}"
     assert "### Upgrade notes" in section[1] or pgqueue.__version__ == "0.1.0"
+
+
+def test_the_django_guide_on_a_new_project(tmp_path: Path, empty_database: str) -> None:
+    """docs/django.md followed in a project made by `django-admin startproject`: its
+    settings blocks (DATABASES, INSTALLED_APPS and PGQUEUE, TASKS), myproj/tasks.py,
+    orders/tasks.py, the view and the dashboard's URL, then `manage.py migrate`, the check,
+    a request, `manage.py pgqueue worker`, and the admin and dashboard pages of a superuser.
+    What the guide leaves to the reader (the orders app and its model, the view's URL, a
+    `charge` function) is the only glue."""
+    pytest.importorskip("django")
+    pytest.importorskip("jinja2")
+    import importlib.util
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    from pgqueue.db import migrate
+
+    django6 = importlib.util.find_spec("django.tasks") is not None
+    if not django6:
+        pytest.importorskip("django_tasks")
+    env: dict[str, str] = {}
+    sh("django-admin startproject myproj .", tmp_path, env)
+    sh(f"{sys.executable} manage.py startapp orders", tmp_path, env)
+    (tmp_path / "orders" / "models.py").write_text(
+        "from django.db import models\n\n\n"
+        "class Order(models.Model):\n"
+        "    email = models.EmailField()\n"
+        "    status = models.CharField(max_length=20, default='new')\n"
+    )
+
+    settings = tmp_path / "myproj" / "settings.py"
+    databases = code_block("django.md", '"ENGINE": "django.db.backends.postgresql"')
+    apps = code_block("django.md", '"pgqueue.contrib.django",')
+    assert apps.count("INSTALLED_APPS = [") == 1
+    apps = apps.replace("INSTALLED_APPS = [", "INSTALLED_APPS += [\n    'orders',")
+    if django6:  # the guide's comment: the backport's app is for Django 5.2 only
+        apps = "\n".join(line for line in apps.splitlines() if '"django_tasks"' not in line)
+    params = conninfo_to_dict(empty_database)
+    ours = {
+        "NAME": params["dbname"],
+        "USER": params.get("user", ""),
+        "PASSWORD": params.get("password") or "",
+        "HOST": params.get("host", ""),
+        "PORT": str(params.get("port", "")),
+    }
+    settings.write_text(
+        settings.read_text()
+        + databases
+        + f"DATABASES['default'].update({ours!r})\n"
+        + apps
+        + code_block("django.md", '"BACKEND": "pgqueue.contrib.django.PgQueueBackend"')
+    )
+    (tmp_path / "myproj" / "tasks.py").write_text(code_block("django.md", "# myproj/tasks.py"))
+    receipts = code_block("django.md", "# orders/tasks.py").split("\n\nresult =")[0]
+    receipts = receipts.replace("-> str: ...", "-> str:\n    return f'receipt {order_id}'")
+    if not django6:
+        assert "# Django 5.2: from django_tasks import task" in receipts
+        receipts = receipts.replace("from django.tasks import", "from django_tasks import")
+    (tmp_path / "orders" / "tasks.py").write_text(receipts)
+    view = code_block("django.md", "# orders/views.py")
+    # glue: the guide's charge() stands for the reader's code; the receipt as in its
+    # tasks framework section
+    view = view.replace(
+        "        charge(order)", "        charge(order)\n        send_receipt.enqueue(order.pk)"
+    )
+    (tmp_path / "orders" / "views.py").write_text(
+        view + "\n\ndef charge(order):\n    pass\n\n\nfrom orders.tasks import send_receipt\n"
+    )
+    urls = tmp_path / "myproj" / "urls.py"
+    mount = code_block("django.md", 'include("pgqueue.contrib.django.urls")')
+    mount = mount.replace("urlpatterns = [", "urlpatterns += [\n    path('orders/', create_order),")
+    urls.write_text(
+        urls.read_text().replace(
+            "from django.urls import path", "from django.urls import include, path"
+        )
+        + "from orders.views import create_order\n"
+        + mount
+    )
+
+    manage = f"{sys.executable} manage.py"
+    sh(f"{manage} makemigrations orders", tmp_path, env)
+    out = sh(f"{manage} migrate", tmp_path, env)
+    assert f"pgqueue schema (pgqueue's own migrations) at revision {migrate.head()}" in out
+    assert "no issues" in sh(f"{manage} check --database default", tmp_path, env)
+
+    request = (
+        "from django.contrib.auth.models import User\n"
+        "from django.test import Client\n"
+        "made = Client(SERVER_NAME='localhost').post('/orders/', {'email': 'ann@example.com'})\n"
+        "print(made.status_code, made.json()['run'])\n"
+        "User.objects.create_superuser('admin', 'admin@example.com', 'pw')\n"
+    )
+    status, run = sh(f'{manage} shell -c "{request}"', tmp_path, env).split()[-2:]
+    assert status == "201"
+    commands = shell_lines("django.md", "manage.py pgqueue worker")
+    worker = next(c for c in commands if "pgqueue worker" in c)
+    sh(worker.replace("python manage.py", manage) + " --burst", tmp_path, env)
+    done = (
+        "from django.test import Client\n"
+        "from orders.models import Order\n"
+        f"print(Order.objects.get().status, {run})\n"
+        "client = Client(SERVER_NAME='localhost')\n"
+        "client.login(username='admin', password='pw')\n"
+        "for page in ['/admin/pgqueue/run/', '/pgqueue/']:\n"
+        "    print(client.get(page).status_code)\n"
+    )
+    assert sh(f'{manage} shell -c "{done}"', tmp_path, env).split()[-4:] == [
+        "confirmed",
+        run,
+        "200",
+        "200",
+    ]
+    failed = next(c for c in commands if "--state failed" in c)
+    assert sh(failed.replace("python manage.py", manage), tmp_path, env).strip() == "(none)"
+    assert (
+        scalar(empty_database, "SELECT count(*) FROM pgqueue.runs WHERE state = 'succeeded'") == 2
+    )

@@ -137,3 +137,8 @@ def test_the_mounted_dashboard_without_jinja2_leaves_manage_py_working(
         "dashboard: the pgqueue dashboard needs jinja2: pip install 'pgqueue-jobs[dashboard]'"
         in done.stdout
     )
+    # a staff user's request: the same one line, not the import's ModuleNotFoundError
+    assert (
+        "view: the pgqueue dashboard needs jinja2: pip install 'pgqueue-jobs[dashboard]'"
+        in done.stdout
+    ), done.stdout + done.stderr

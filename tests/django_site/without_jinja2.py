@@ -1,6 +1,6 @@
 """`python -m tests.django_site.without_jinja2`: the mounted dashboard's project as with
 only pgqueue-jobs[django] installed (no jinja2). `manage.py check` loads the URLconf;
-then the dashboard's handler is asked for, as at its first request."""
+then the dashboard's handler is asked for, and its view is requested by a staff user."""
 
 from __future__ import annotations
 
@@ -20,3 +20,18 @@ try:
     dashboard()
 except ImproperlyConfigured as exc:
     print(f"dashboard: {exc}")
+
+from types import SimpleNamespace  # noqa: E402
+
+from django.test import RequestFactory  # noqa: E402
+
+from pgqueue.contrib.django.dashboard import view  # noqa: E402
+
+request = RequestFactory().get("/ops/pgqueue/")
+request.user = SimpleNamespace(  # type: ignore[assignment]
+    is_authenticated=True, is_active=True, is_staff=True
+)
+try:
+    view(request, "")
+except ImproperlyConfigured as exc:
+    print(f"view: {exc}")

@@ -79,7 +79,8 @@ def database_dsn(alias: str | None = None) -> str:
     if connection.vendor != "postgresql":
         raise ImproperlyConfigured(
             f"pgqueue needs PostgreSQL, but DATABASES[{alias!r}] is {connection.vendor}: "
-            "point PGQUEUE['DATABASE'] at a PostgreSQL alias"
+            "set its ENGINE to django.db.backends.postgresql, "
+            "or point PGQUEUE['DATABASE'] at a PostgreSQL alias"
         )
     key = (alias, *(repr(connection.settings_dict.get(k)) for k in _CONNECTION_KEYS))
     dsn = _dsns.get(key)

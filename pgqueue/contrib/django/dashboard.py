@@ -69,9 +69,9 @@ def view(request: HttpRequest, path: str = "") -> HttpResponse:
     if not (user.is_authenticated and user.is_active and user.is_staff):
         # as the admin does: whoever is not staff signs in as someone who is
         return redirect_to_login(request.get_full_path(), login_url())
+    handler = dashboard()  # first: a missing extra is ImproperlyConfigured, one line
     from pgqueue.dashboard.core import Access, Request
 
-    handler = dashboard()  # first: a missing extra is ImproperlyConfigured, one line
     full = request.path
     root = full[: len(full) - len(path) - 1] if path and full.endswith(path) else full.rstrip("/")
     req = Request(

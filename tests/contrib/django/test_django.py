@@ -269,6 +269,69 @@ def test_management_command_and_schema_check(
     assert "no run with id 12345" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("pgqueue", "message"),
+    [
+        ({"APP": "myproj.tasks"}, "PGQUEUE['APP'] must look like 'module:attr'"),
+        ({"APP": "myproj.tasks:confirm_order"}, "PGQUEUE['APP'] = 'myproj.tasks:confirm_order'"),
+    ],
+)
+def test_the_management_command_says_what_is_misconfigured_in_one_line(
+    project_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    pgqueue: dict[str, str],
+    message: str,
+) -> None:
+    """A PGQUEUE or DATABASES that pgqueue cannot use (an unknown alias, an APP that is
+    not 'module:attr', a database that is not PostgreSQL): `manage.py pgqueue ...` prints
+    one `error:` line and exits 2, as the pgqueue command does, not a traceback."""
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from pgqueue.contrib.django.management.commands.pgqueue import Command
+
+    with override_settings(PGQUEUE={**settings.PGQUEUE, **pgqueue}):
+        with pytest.raises(SystemExit) as failed:
+            Command().run_from_argv(["manage.py", "pgqueue", "migrate"])
+        assert failed.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+        with pytest.raises(SystemExit) as failed:
+            call_command("pgqueue", "migrate")
+        assert failed.value.code == 2
+        assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_a_database_that_is_not_postgresql_is_one_error_line() -> None:
+    """A project fresh from `startproject` (SQLite): the check and `manage.py pgqueue`
+    say what to change, in one line, and exit non-zero."""
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT), str(ROOT)])
+    env["DJANGO_SETTINGS_MODULE"] = "tests.django_site.sqlite_settings"
+    wanted = (
+        "pgqueue needs PostgreSQL, but DATABASES['default'] is sqlite: set its ENGINE to "
+        "django.db.backends.postgresql, or point PGQUEUE['DATABASE'] at a PostgreSQL alias"
+    )
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    check = manage("check")
+    assert check.returncode == 1
+    assert f"(pgqueue.E001) {wanted}" in check.stderr, check.stderr
+    command = manage("pgqueue", "migrate")
+    assert command.returncode == 2
+    assert command.stderr == f"error: {wanted}\n", command.stderr
+
+
 def test_the_management_command_worker_gets_the_default_concurrency(
     project_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

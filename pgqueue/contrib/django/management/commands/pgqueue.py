@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
+import click
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils.connection import ConnectionDoesNotExist
 
 from pgqueue.contrib import _cli
 from pgqueue.contrib.django import conf
@@ -35,9 +39,16 @@ class Command(BaseCommand):
         self.run_pgqueue(list(args), "manage.py pgqueue")
 
     def run_pgqueue(self, argv: list[str], prog: str) -> None:
-        conf.import_task_modules()
-        app = conf.setup()
-        _cli.run(argv or ["--help"], app=app, dsn=app.dsn, prog_name=prog)
+        try:
+            conf.import_task_modules()
+            app = conf.setup()
+            dsn = app.dsn
+        except (ImproperlyConfigured, ConnectionDoesNotExist) as exc:
+            # settings pgqueue cannot use (PGQUEUE['APP'], a DATABASES alias that is not
+            # PostgreSQL...): one line and exit 2, as the pgqueue command says user errors
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        _cli.run(argv or ["--help"], app=app, dsn=dsn, prog_name=prog)
 
 
 def _without_django_options(argv: list[str]) -> list[str]:
