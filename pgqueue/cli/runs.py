@@ -60,6 +60,15 @@ def runs_list(
         table([r.to_json() | {"created_at": r.created_at} for r in found], RUN_COLUMNS)
 
 
+# fields `runs show` leaves out when they hold nothing (waiting_for: a line of its own)
+OPTIONAL_FIELDS = ("progress", "cancel_reason", "after", "on_dependency_failure")
+
+
+def runs_list(ids: list[int]) -> str:
+    """Run ids as `runs show` says them: "runs #3, #4" (one: "run #3")."""
+    return ("run " if len(ids) == 1 else "runs ") + ", ".join(f"#{i}" for i in ids)
+
+
 @runs.command("show")
 @db_options
 @click.argument("run_id", type=int)
@@ -74,12 +83,16 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         echo_json(run.to_json() | {"errors": errors, "steps": steps})
         return
     for key, value in run.to_json().items():
-        if key in ("progress", "cancel_reason") and value is None:
+        if (key in OPTIONAL_FIELDS and value is None) or key == "waiting_for":
             continue
+        if key == "after":
+            value = runs_list(value)
         shown = (
             json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
         )
         click.echo(f"{key:>17}: {shown}")
+    if run.waiting_for:  # a run held back by its dependencies (task.options(after=...))
+        click.echo(f"\nwaiting for {runs_list(run.waiting_for)}")
     if steps:
         click.echo("\nsteps:")
         for st in steps:

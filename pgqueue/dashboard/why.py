@@ -7,7 +7,8 @@ claim_limited()) and room under their rate limits, in an ordered queue every ear
 of its group is finished, and no run comes before it (unlimited queues take (priority, id)
 order; limited ones take turns across groups). A scheduled run becomes queued at its
 run_at, by the stager of a live worker serving its queue; a waiting run, when its event
-arrives, its child finishes or its deadline passes.
+arrives, its child finishes or its deadline passes, or (one enqueued with after=) when the
+last of its dependencies finishes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ AHEAD_EXACT = 1000  # runs ahead counted exactly (dashboard_why.sql); beyond: an
 GROUP_AHEAD_EXACT = 100  # runs of its group ahead of a run, counted (dashboard_group_ahead)
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999
+
+
+def runs_ids_text(ids: Sequence[int]) -> str:
+    """Run ids in words: "runs #3, #4" (one: "run #3")."""
+    return ("run " if len(ids) == 1 else "runs ") + ", ".join(f"#{i}" for i in ids)
 
 
 def reasons(f: dict[str, Any]) -> list[str]:
@@ -47,6 +53,8 @@ def reasons(f: dict[str, Any]) -> list[str]:
         if f["wait_event"] is not None:
             key = f" key {f['wait_key']}" if f["wait_key"] else ""
             out.append(f"waiting for event {f['wait_event']}{key}{until}")
+        elif f.get("waiting_for"):
+            out.append(f"waiting for {runs_ids_text(f['waiting_for'])}")
         elif f["wait_run_id"] is not None:
             child = f"waiting for child {f['wait_run_id']}"
             if f["child_state"]:
