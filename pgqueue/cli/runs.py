@@ -20,7 +20,7 @@ from pgqueue.cli._common import (
     when,
 )
 from pgqueue.ops.inspect import wait_text
-from pgqueue.runs.terminal import printable, seconds_text
+from pgqueue.runs.terminal import printable, run_ids_text, seconds_text
 from pgqueue.states import STATES
 
 
@@ -64,11 +64,6 @@ def runs_list(
 OPTIONAL_FIELDS = ("progress", "cancel_reason", "after", "on_dependency_failure")
 
 
-def runs_list(ids: list[int]) -> str:
-    """Run ids as `runs show` says them: "runs #3, #4" (one: "run #3")."""
-    return ("run " if len(ids) == 1 else "runs ") + ", ".join(f"#{i}" for i in ids)
-
-
 @runs.command("show")
 @db_options
 @click.argument("run_id", type=int)
@@ -86,13 +81,13 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         if (key in OPTIONAL_FIELDS and value is None) or key == "waiting_for":
             continue
         if key == "after":
-            value = runs_list(value)
+            value = run_ids_text(value)
         shown = (
             json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
         )
         click.echo(f"{key:>17}: {shown}")
     if run.waiting_for:  # a run held back by its dependencies (task.options(after=...))
-        click.echo(f"\nwaiting for {runs_list(run.waiting_for)}")
+        click.echo(f"\nwaiting for {run_ids_text(run.waiting_for)}")
     if steps:
         click.echo("\nsteps:")
         for st in steps:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgqueue.runs.terminal import seconds_text
+from pgqueue.runs.terminal import run_ids_text, seconds_text
 from pgqueue.states import RunState
 from pgqueue.tasks.rates import PERIOD_WORDS, Rate
 
@@ -25,11 +25,6 @@ AHEAD_EXACT = 1000  # runs ahead counted exactly (dashboard_why.sql); beyond: an
 GROUP_AHEAD_EXACT = 100  # runs of its group ahead of a run, counted (dashboard_group_ahead)
 EXPLAINED = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.WAITING})
 FAR_FUTURE_YEAR = 9999
-
-
-def runs_ids_text(ids: Sequence[int]) -> str:
-    """Run ids in words: "runs #3, #4" (one: "run #3")."""
-    return ("run " if len(ids) == 1 else "runs ") + ", ".join(f"#{i}" for i in ids)
 
 
 def reasons(f: dict[str, Any]) -> list[str]:
@@ -54,7 +49,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
             key = f" key {f['wait_key']}" if f["wait_key"] else ""
             out.append(f"waiting for event {f['wait_event']}{key}{until}")
         elif f.get("waiting_for"):
-            out.append(f"waiting for {runs_ids_text(f['waiting_for'])}")
+            out.append(f"waiting for {run_ids_text(f['waiting_for'])}")
         elif f["wait_run_id"] is not None:
             child = f"waiting for child {f['wait_run_id']}"
             if f["child_state"]:

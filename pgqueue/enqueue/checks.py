@@ -182,7 +182,5 @@ def check_after(after: Any, on_failure: str | None) -> tuple[int, ...] | None:
             raise OutOfRange(f"after= holds run ids, which are from 1 to 2**63-1, not {run_id}")
         ids.add(run_id)
     if len(ids) > MAX_DEPENDENCIES:
-        raise OutOfRange(
-            f"a run may wait for at most {MAX_DEPENDENCIES:,} runs, not {len(ids):,}"
-        )
+        raise OutOfRange(f"a run may wait for at most {MAX_DEPENDENCIES:,} runs, not {len(ids):,}")
     return tuple(sorted(ids)) or None

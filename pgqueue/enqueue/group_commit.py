@@ -35,8 +35,9 @@ class GroupCommit:
     flusher writes its run has it written all the same; a lone caller cancelled while it
     writes its own run cancels that write, as an enqueue on its own connection (conn=)
     would: it may or may not have been committed. One run that the server rejects (a
-    DataError, an IntegrityError, a dependency that does not exist...) fails its own call only: the batch is written again
-    one run at a time. A lost connection fails the whole batch."""
+    DataError, an IntegrityError, a dependency that does not exist...) fails its own call
+    only: the batch is written again one run at a time. A lost connection fails the whole
+    batch."""
 
     def __init__(self, write: Write, database: Database, loop: asyncio.AbstractEventLoop) -> None:
         self.write = write

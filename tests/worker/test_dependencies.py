@@ -11,6 +11,7 @@ the body of each of its dependencies)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -37,9 +38,7 @@ class Fleet:
         self.procs: list[WorkerProcess] = []
 
     def start(self, *args: str) -> WorkerProcess:
-        proc = self.stack.enter_context(
-            WorkerProcess(self.dsn, APP, "--lease-seconds", "2", *args)
-        )
+        proc = self.stack.enter_context(WorkerProcess(self.dsn, APP, "--lease-seconds", "2", *args))
         self.procs.append(proc)
         proc.wait_ready()
         return proc
@@ -88,13 +87,15 @@ def body_log(dsn: str) -> dict[int, list[dict[str, Any]]]:
 
 def wait_finished(dsn: str, ids: list[int], timeout: float) -> None:
     wait_until(
-        lambda: scalar(
-            dsn,
-            "SELECT count(*) FROM pgqueue.runs WHERE id = ANY(%s)"
-            " AND state IN ('succeeded', 'failed', 'canceled')",
-            (ids,),
-        )
-        == len(ids),
+        lambda: (
+            scalar(
+                dsn,
+                "SELECT count(*) FROM pgqueue.runs WHERE id = ANY(%s)"
+                " AND state IN ('succeeded', 'failed', 'canceled')",
+                (ids,),
+            )
+            == len(ids)
+        ),
         timeout,
         message=f"{len(ids)} runs to finish",
     )
@@ -177,7 +178,7 @@ def test_a_chain_of_a_thousand_survives_a_sigkill(fleet: Fleet, dsn: str) -> Non
     assert [len(log[i]) for i in ids] == [2 if i == victim else 1 for i in ids]
     assert_dependency_order(dsn, ids)
     # each link's first execution began after the previous link's body ended
-    for before, after in zip(ids, ids[1:], strict=False):
+    for before, after in itertools.pairwise(ids):
         assert log[after][0]["started"] >= log[before][-1]["ended"]
 
 
