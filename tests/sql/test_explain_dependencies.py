@@ -27,7 +27,8 @@ WAITING = 100_000
 def dependents(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     """A running dependency and 100,000 runs waiting for it in each of two queues, one
     plain, one limited, each also holding 50 queued runs."""
-    conn.execute("""
+    conn.execute(
+        """
         INSERT INTO pgqueue.queues (name, concurrency) VALUES ('limited', 10);
         INSERT INTO pgqueue.runs (task, queue, state, lease_token, lease_expires_at,
                                   has_dependents)
@@ -43,7 +44,8 @@ def dependents(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         SELECT 't', q, 'queued', q = 'limited'
         FROM generate_series(1, 50), unnest(ARRAY['default', 'limited']) AS q;
         ANALYZE pgqueue.runs;
-    """.replace("%(waiting)s", str(WAITING)))
+    """.replace("%(waiting)s", str(WAITING))
+    )
     return conn
 
 
