@@ -178,8 +178,8 @@ def check_after(after: Any, on_failure: str | None) -> tuple[int, ...] | None:
             raise InvalidArguments(
                 f"after= holds RunHandles or run ids (int), not {type(item).__name__}"
             )
-        if not 0 < run_id < 2**63:
-            raise OutOfRange(f"after= holds run ids, which are from 1 to 2**63-1, not {run_id}")
+        if not -(2**63) <= run_id < 2**63:  # (pgqueue.testing.eager's runs are negative)
+            raise OutOfRange(f"after= holds run ids, which are 64-bit integers, not {run_id}")
         ids.add(run_id)
     if len(ids) > MAX_DEPENDENCIES:
         raise OutOfRange(f"a run may wait for at most {MAX_DEPENDENCIES:,} runs, not {len(ids):,}")

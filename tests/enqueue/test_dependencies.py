@@ -191,7 +191,7 @@ def test_a_dependency_that_does_not_exist_is_a_clear_error(
         (3, None, "after= must be a list"),
         ([True], None, "RunHandles or run ids"),
         (["3"], None, "RunHandles or run ids"),
-        ([0], None, "from 1 to"),
+        ([2**63], None, "64-bit integers"),
         ([1], "skip", "on_dependency_failure must be"),
         (None, "run", "on_dependency_failure needs after="),
     ],
