@@ -5,10 +5,12 @@ runs only), so a claim with 100,000 of them in its queue reads the queued runs a
 Two proofs: the claim's plan reads only runs_claim_idx (whose predicate is state =
 'queued'), and a claim run for real, plain and limited (pgqueue.claim_limited()), fetches a
 few dozen rows of pgqueue.runs in its transaction (pg_stat_xact_user_tables), not the
-waiting dependents."""
+waiting dependents. And the release, in the transaction that finishes a dependency, finds
+its dependents through runs_after_idx, not by reading the waiting runs."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -16,7 +18,7 @@ import psycopg
 import pytest
 
 from pgqueue.db import sql as _sql
-from tests.sql.test_explain import plan, scans
+from tests.sql.test_explain import plan, plan_of, scans
 from tests.worker.parts import FROM_FRONT
 
 WORKER = "00000000-0000-0000-0000-000000000001"
@@ -100,3 +102,16 @@ def test_a_claim_reads_the_queued_runs_not_the_waiting_dependents(
     assert conn.execute(
         "SELECT count(*) FROM pgqueue.runs WHERE state = 'waiting' AND queue = %s", (queue,)
     ).fetchone() == (WAITING,)
+
+
+def test_the_release_finds_a_dependencys_dependents_through_runs_after_idx(
+    dependents: psycopg.Connection[Any],
+) -> None:
+    """The lookup in pgqueue.runs_dependency_done(), as the function's file writes it: the
+    runs waiting for a finished run, among 200,000 waiting runs, by runs_after_idx."""
+    text = _sql.definition("functions/runs_dependency_done")
+    found = re.search(r"FOR d IN\s+(SELECT r\.id.*?)\s+FOR NO KEY UPDATE", text, re.S)
+    assert found is not None
+    lookup = found.group(1).replace("frontier", "%(frontier)s::bigint[]")
+    used = plan_of(dependents, lookup, {"frontier": [2]})
+    assert "Seq Scan" not in used and '"Index Name": "runs_after_idx"' in used, used
