@@ -113,10 +113,13 @@ def assert_dependency_order(dsn: str, ids: list[int]) -> None:
             assert dep["finished_at"] is not None, (run["id"], dep_id)
             if run["started_at"] is not None:
                 assert run["started_at"] >= dep["finished_at"], (run, dep)
-            ended = [e["ended"] for e in log.get(dep_id, []) if e["ended"] is not None]
+            if dep["state"] != "succeeded":
+                continue
+            # the end of the body of the attempt that succeeded (one whose lease was lost
+            # may run on, fenced out, as a zombie)
+            [ended] = [e["ended"] for e in log[dep_id] if e["attempt"] == dep["attempt"]]
             for execution in log.get(run["id"], []):
-                if dep["state"] == "succeeded":
-                    assert ended and execution["started"] >= max(ended), (execution, dep_id)
+                assert execution["started"] >= ended, (execution, dep_id)
 
 
 def test_diamonds_finish_in_dependency_order(fleet: Fleet, dsn: str) -> None:
@@ -147,7 +150,8 @@ def test_a_chain_of_a_thousand_survives_a_sigkill(fleet: Fleet, dsn: str) -> Non
     """A chain of 1,000 runs, each after the one before, on three workers; the worker
     running link 500 (which takes 3 s) is killed with SIGKILL. Its run is rescued once its
     lease expires and run again, and the chain goes on: every link starts after the one
-    before it ended, each link runs once but the killed one, which runs twice."""
+    before it ended, each link runs once but for attempts whose lease was lost (the killed
+    one's)."""
     workers = [fleet.start() for _ in range(3)]
     killed_link = 500
     handles = [deps.step.enqueue()]
@@ -173,13 +177,24 @@ def test_a_chain_of_a_thousand_survives_a_sigkill(fleet: Fleet, dsn: str) -> Non
     wait_finished(dsn, ids, timeout=240)
     found = runs(dsn, ids)
     assert {r["state"] for r in found.values()} == {"succeeded"}
-    assert found[victim]["attempt"] == 2
+    assert found[victim]["attempt"] >= 2
     log = body_log(dsn)
-    assert [len(log[i]) for i in ids] == [2 if i == victim else 1 for i in ids]
+    # each link ran once, but for an attempt whose lease was lost (the killed one; on a
+    # machine loaded enough, any other): each such attempt is a lease_expired error
+    with psycopg.connect(dsn) as c:
+        lost = dict(
+            c.execute(
+                "SELECT run_id, count(*) FROM pgqueue.run_errors"
+                " WHERE kind = 'lease_expired' GROUP BY run_id"
+            ).fetchall()
+        )
+    assert lost.get(victim, 0) >= 1
+    assert [len(log[i]) for i in ids] == [1 + lost.get(i, 0) for i in ids]
     assert_dependency_order(dsn, ids)
-    # each link's first execution began after the previous link's body ended
+    # each link's first execution began after the previous link's successful body ended
     for before, after in itertools.pairwise(ids):
-        assert log[after][0]["started"] >= log[before][-1]["ended"]
+        [ended] = [e["ended"] for e in log[before] if e["attempt"] == found[before]["attempt"]]
+        assert log[after][0]["started"] >= ended
 
 
 def test_a_failed_dependency_cancels_its_dependents_and_run_runs_them(
