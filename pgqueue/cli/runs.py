@@ -77,15 +77,19 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
     if as_json:
         echo_json(run.to_json() | {"errors": errors, "steps": steps})
         return
-    for key, value in run.to_json().items():
-        if (key in OPTIONAL_FIELDS and value is None) or key == "waiting_for":
-            continue
+    fields = {
+        key: value
+        for key, value in run.to_json().items()
+        if not (key in OPTIONAL_FIELDS and value is None) and key != "waiting_for"
+    }
+    width = max(17, *map(len, fields))
+    for key, value in fields.items():
         if key == "after":
             value = run_ids_text(value)
         shown = (
             json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
         )
-        click.echo(f"{key:>17}: {shown}")
+        click.echo(f"{key:>{width}}: {shown}")
     if run.waiting_for:  # a run held back by its dependencies (task.options(after=...))
         click.echo(f"\nwaiting for {run_ids_text(run.waiting_for)}")
     if steps:
