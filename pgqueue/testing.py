@@ -267,7 +267,8 @@ def eager(app: App, *, propagate: bool = True, enqueue_others: bool = False) -> 
     for the rest of the block, or for `unique_for` seconds.
 
     `propagate=True` re-raises a task's exception from enqueue (the run is recorded
-    `failed` either way). Delays and run_at are ignored; there are no retries. A task
+    `failed` either way). Delays and run_at are ignored; there are no retries; a run's
+    dependencies (after=) ran before it, and one that failed does not cancel it. A task
     runs at enqueue even inside a transaction that later rolls back. Workflows and tasks
     this app does not register cannot run inline: their enqueue raises EagerRefused, or,
     with `enqueue_others=True`, enqueues them for real (run them with drain()). Child

@@ -14,7 +14,7 @@
 -- Every count reads the partial index of its state, keyed by queue.
 WITH r AS (
     SELECT id, queue, state, group_key, priority, run_at, attempt, error, limited,
-           wait_event, wait_key, wait_run_id
+           wait_event, wait_key, wait_run_id, after
     FROM pgqueue.runs
     WHERE id = ANY (%(ids)s::bigint[]) AND state IN ('scheduled', 'queued', 'waiting')
 ),
@@ -80,6 +80,9 @@ SELECT r.id, r.queue, r.state, r.group_key, r.priority, r.run_at, r.attempt, r.e
                AND e.state IN ('scheduled', 'queued', 'running', 'waiting')
              ORDER BY e.id LIMIT 1) END AS first_in_group,
        c.state AS child_state, c.task AS child_task,
+       -- its dependencies not finished yet (by primary key; none without `after`)
+       ARRAY(SELECT d.id FROM pgqueue.runs d WHERE d.id = ANY (r.after)
+               AND d.state NOT IN ('succeeded', 'failed', 'canceled') ORDER BY 1) AS waiting_for,
        CASE WHEN r.state = 'queued' THEN coalesce(h.ahead, 1000) END AS ahead, now() AS now
 FROM r
 JOIN q ON q.queue = r.queue

@@ -18,7 +18,7 @@ WITH s AS MATERIALIZED (
 inserted AS (
     INSERT INTO pgqueue.runs (task, queue, state, priority, args, kwargs, max_attempts,
                               timeout_seconds, group_key, run_at, parent_id, limited,
-                              headers, batch_id)
+                              headers, batch_id, after, on_dependency_failure)
     SELECT (SELECT task FROM s), (SELECT queue FROM s),
            (SELECT {{run_state_from_due}} FROM s), (SELECT priority FROM s),
            i.e -> 0, i.e -> 1, (SELECT max_attempts FROM s), (SELECT timeout_seconds FROM s),
@@ -26,7 +26,8 @@ inserted AS (
                 THEN coalesce(i.e ->> 2, (SELECT group_key FROM s))
                 ELSE (SELECT group_key FROM s) END,
            (SELECT due FROM s), (SELECT parent_id FROM s), (SELECT limited FROM s),
-           %(headers)s::jsonb, %(batch_id)s::bigint
+           %(headers)s::jsonb, %(batch_id)s::bigint,
+           (SELECT after FROM s), (SELECT on_dependency_failure FROM s)
     FROM jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS i (e, n)
     ORDER BY i.n
     RETURNING id, state

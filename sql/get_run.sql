@@ -1,5 +1,13 @@
-SELECT id, task, queue, state, priority, args, kwargs, result, error, attempt, max_attempts,
-       timeout_seconds, group_key, idempotency_key, parent_id, run_at, created_at, started_at,
-       finished_at, worker_id, lease_expires_at, progress, cancel_reason
-FROM pgqueue.runs
-WHERE id = %(id)s
+-- One run by id (RunHandle.get, app.get_run, `pgqueue runs show`). `waiting_for`: while
+-- it waits for dependencies, those not finished yet (by primary key), else NULL.
+SELECT r.id, r.task, r.queue, r.state, r.priority, r.args, r.kwargs, r.result, r.error,
+       r.attempt, r.max_attempts, r.timeout_seconds, r.group_key, r.idempotency_key,
+       r.parent_id, r.run_at, r.created_at, r.started_at, r.finished_at, r.worker_id,
+       r.lease_expires_at, r.progress, r.cancel_reason, r.after, r.on_dependency_failure,
+       CASE WHEN r.state = 'waiting' AND r.after IS NOT NULL
+            THEN ARRAY(SELECT d.id FROM pgqueue.runs d
+                        WHERE d.id = ANY(r.after)
+                          AND d.state NOT IN ('succeeded', 'failed', 'canceled')
+                        ORDER BY d.id) END AS waiting_for
+FROM pgqueue.runs r
+WHERE r.id = %(id)s

@@ -24,7 +24,7 @@ from pgqueue.db import connect as db
 from pgqueue.db import migrate
 from pgqueue.db import sql as _sql
 from pgqueue.ops.inspect import wait_text
-from pgqueue.runs.terminal import printable, seconds_text
+from pgqueue.runs.terminal import printable, run_ids_text, seconds_text
 from pgqueue.states import STATES
 
 
@@ -64,6 +64,10 @@ def runs_list(
         table([r.to_json() | {"created_at": r.created_at} for r in found], RUN_COLUMNS)
 
 
+# fields `runs show` leaves out when they hold nothing (waiting_for: a line of its own)
+OPTIONAL_FIELDS = ("progress", "cancel_reason", "after", "on_dependency_failure")
+
+
 @runs.command("show")
 @db_options
 @click.argument("run_id", type=int)
@@ -77,13 +81,21 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
     if as_json:
         echo_json(run.to_json() | {"errors": errors, "steps": steps})
         return
-    for key, value in run.to_json().items():
-        if key in ("progress", "cancel_reason") and value is None:
-            continue
+    fields = {
+        key: value
+        for key, value in run.to_json().items()
+        if not (key in OPTIONAL_FIELDS and value is None) and key != "waiting_for"
+    }
+    width = max(17, *map(len, fields))
+    for key, value in fields.items():
+        if key == "after":
+            value = run_ids_text(value)
         shown = (
             json.dumps(value) if key in ("args", "kwargs", "result", "progress") else cell(value)
         )
-        click.echo(f"{key:>17}: {shown}")
+        click.echo(f"{key:>{width}}: {shown}")
+    if run.waiting_for:  # a run held back by its dependencies (task.options(after=...))
+        click.echo(f"\nwaiting for {run_ids_text(run.waiting_for)}")
     if steps:
         click.echo("\nsteps:")
         for st in steps:

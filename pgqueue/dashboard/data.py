@@ -353,6 +353,8 @@ def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
             waits = {"event": run["wait_event"], "key": run["wait_key"], "deadline": deadline}
         elif run["wait_run_id"] is not None:
             waits = {"child": run["wait_run_id"], "deadline": deadline}
+        elif run.get("waiting_for"):  # its dependencies (task.options(after=...))
+            waits = {"runs": run["waiting_for"], "deadline": None}
     return {
         **run,
         "now": now,

@@ -7,7 +7,8 @@ claim_limited()) and room under their rate limits, in an ordered queue every ear
 of its group is finished, and no run comes before it (unlimited queues take (priority, id)
 order; limited ones take turns across groups). A scheduled run becomes queued at its
 run_at, by the stager of a live worker serving its queue; a waiting run, when its event
-arrives, its child finishes or its deadline passes.
+arrives, its child finishes or its deadline passes, or (one enqueued with after=) when the
+last of its dependencies finishes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgqueue.runs.terminal import seconds_text
+from pgqueue.runs.terminal import run_ids_text, seconds_text
 from pgqueue.states import RunState
 from pgqueue.tasks.rates import PERIOD_WORDS, Rate
 
@@ -47,6 +48,8 @@ def reasons(f: dict[str, Any]) -> list[str]:
         if f["wait_event"] is not None:
             key = f" key {f['wait_key']}" if f["wait_key"] else ""
             out.append(f"waiting for event {f['wait_event']}{key}{until}")
+        elif f.get("waiting_for"):
+            out.append(f"waiting for {run_ids_text(f['waiting_for'])}")
         elif f["wait_run_id"] is not None:
             child = f"waiting for child {f['wait_run_id']}"
             if f["child_state"]:

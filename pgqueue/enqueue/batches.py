@@ -96,7 +96,7 @@ class Batch:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"batch {self.id}: {_finished(state)} of {state.total} members "
-                    f"finished after {timeout}s"
+                    f"finished in {timeout}s"
                 )
             left = poll_interval if deadline is None else deadline - time.monotonic()
             time.sleep(max(0.0, min(pause, left)))

@@ -7,7 +7,9 @@ applies the same limits (sql/functions/enqueue.sql)."""
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pgqueue.errors import MAX_SECONDS, InvalidArguments, OutOfRange, UserError
 
@@ -146,3 +148,39 @@ def check_due(what: str, when: datetime) -> datetime:
             f"00:00 UTC, not {when.isoformat()}"
         )
     return when
+
+
+DEPENDENCY_POLICIES = ("cancel", "run")
+MAX_DEPENDENCIES = 10_000  # per run: a list beyond is surely a mistake
+
+
+def check_after(after: Any, on_failure: str | None) -> tuple[int, ...] | None:
+    """The runs a run waits for (`after=`: RunHandles or run ids), as their ids sorted,
+    each once; None for none (None or an empty list). `on_failure` is
+    `on_dependency_failure=`: "cancel" (None: the default) or "run"."""
+    from pgqueue.runs.handle import RunHandle
+
+    if on_failure is not None and on_failure not in DEPENDENCY_POLICIES:
+        raise InvalidArguments(
+            f"on_dependency_failure must be 'cancel' or 'run', not {on_failure!r}"
+        )
+    if after is None:
+        return None
+    if isinstance(after, (str, bytes, RunHandle, int)) or not isinstance(after, Iterable):
+        raise InvalidArguments(
+            "after= must be a list of RunHandles or run ids (after=[h1, h2]), "
+            f"not {type(after).__name__}"
+        )
+    ids: set[int] = set()
+    for item in after:
+        run_id = item.id if isinstance(item, RunHandle) else item
+        if type(run_id) is not int:
+            raise InvalidArguments(
+                f"after= holds RunHandles or run ids (int), not {type(item).__name__}"
+            )
+        if not -(2**63) <= run_id < 2**63:  # (pgqueue.testing.eager's runs are negative)
+            raise OutOfRange(f"after= holds run ids, which are 64-bit integers, not {run_id}")
+        ids.add(run_id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise OutOfRange(f"a run may wait for at most {MAX_DEPENDENCIES:,} runs, not {len(ids):,}")
+    return tuple(sorted(ids)) or None

@@ -44,6 +44,8 @@ FIELDS = (
     "unique_while",
     "unique_for",
     "replace",
+    "after",
+    "on_dependency_failure",
 )
 
 
@@ -59,12 +61,16 @@ def encode(row: RunRow) -> str:
         f"{'null' if r.run_at is None else _str(r.run_at.isoformat())},"
         f"{_seconds(r.delay)},{'null' if r.parent_id is None else int(r.parent_id)},"
         f"{_text(r.unique_key)},{_text(r.unique_while)},{_seconds(r.unique_for)},"
-        f"{'true' if r.replace else 'false'}]"
+        f"{'true' if r.replace else 'false'},{_ids(r.after)},{_text(r.on_dependency_failure)}]"
     )
 
 
 def _text(value: str | None) -> str:
     return "null" if value is None else _str(value)
+
+
+def _ids(value: tuple[int, ...] | None) -> str:
+    return "null" if value is None else f"[{','.join(map(str, value))}]"
 
 
 def _seconds(value: float | None) -> str:
@@ -78,8 +84,8 @@ def document(rows: Sequence[RunRow]) -> str:
 
 def plain(row: RunRow) -> bool:
     """Whether the run has only the fields every run has (task, queue, priority, args,
-    kwargs, max_attempts, timeout_seconds): due now, with no key, group, parent or
-    uniqueness. sql/enqueue_run_plain.sql inserts such a run, leaving the rest to the
+    kwargs, max_attempts, timeout_seconds): due now, with no key, group, parent,
+    uniqueness or dependency. sql/enqueue_run_plain.sql inserts such a run, leaving the rest to the
     columns' defaults."""
     return (
         row.run_at is None
@@ -88,4 +94,5 @@ def plain(row: RunRow) -> bool:
         and row.idempotency_key is None
         and row.parent_id is None
         and row.unique_key is None
+        and row.after is None
     )

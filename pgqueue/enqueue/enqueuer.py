@@ -90,7 +90,10 @@ class Enqueuer:
         this)."""
         op = _inserts.Insert(self.database, rows, headers, batch_id)
         with self.database.connection(caller) as c:
-            found = op.found(c.execute(op.query, op.params).fetchone())
+            try:
+                found = op.found(c.execute(op.query, op.params).fetchone())
+            except psycopg.errors.ForeignKeyViolation as exc:
+                raise _inserts.dependency_error(exc) from None
             lookup = op.lookup(found)
             existing = c.execute(*lookup).fetchall() if lookup else []
         return op.handles(found, existing)
@@ -126,7 +129,10 @@ class Enqueuer:
         path (each run's own headers), not GroupCommit's shared one."""
         op = _inserts.Insert(self.database, rows, headers)
         async with self.database.async_connection(conn) as c:
-            found = op.found(await (await c.execute(op.query, op.params)).fetchone())
+            try:
+                found = op.found(await (await c.execute(op.query, op.params)).fetchone())
+            except psycopg.errors.ForeignKeyViolation as exc:
+                raise _inserts.dependency_error(exc) from None
             lookup = op.lookup(found)
             existing = await (await c.execute(*lookup)).fetchall() if lookup else []
         return op.handles(found, existing)

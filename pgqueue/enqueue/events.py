@@ -36,7 +36,7 @@ def event_params(
 
 
 def emit_event(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
-    """Insert the event (waking its waiters, now or after its delay); its id."""
+    """Insert the event (waking its waiters, now or once its delay has passed); its id."""
     row = conn.execute(_sql.query("emit_event"), params).fetchone()
     assert row is not None
     return int(row[0])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgqueue.enqueue.options import RunRow
+from pgqueue.errors import RunNotFound
 from pgqueue.runs.handle import RunHandle
 
 if TYPE_CHECKING:
@@ -34,8 +35,9 @@ class GroupCommit:
     flusher writes its run has it written all the same; a lone caller cancelled while it
     writes its own run cancels that write, as an enqueue on its own connection (conn=)
     would: it may or may not have been committed. One run that the server rejects (a
-    DataError, an IntegrityError...) fails its own call only: the batch is written again
-    one run at a time. A lost connection fails the whole batch."""
+    DataError, an IntegrityError, a dependency that does not exist...) fails its own call
+    only: the batch is written again one run at a time. A lost connection fails the whole
+    batch."""
 
     def __init__(self, write: Write, database: Database, loop: asyncio.AbstractEventLoop) -> None:
         self.write = write
@@ -93,7 +95,12 @@ class GroupCommit:
     async def _write(self, batch: list[tuple[RunRow, asyncio.Future[RunHandle]]]) -> None:
         try:
             handles = await self.write([row for row, _ in batch], None)
-        except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
+        except (
+            psycopg.DataError,
+            psycopg.IntegrityError,
+            psycopg.ProgrammingError,
+            RunNotFound,  # a dependency (after=) that does not exist
+        ) as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exc)
             else:

@@ -23,9 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
+import psycopg
+
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.encoding import document, encode, plain
 from pgqueue.enqueue.options import RunBatch, RunRow
+from pgqueue.errors import RunNotFound
 from pgqueue.runs.handle import RunHandle
 
 if TYPE_CHECKING:
@@ -122,6 +125,16 @@ class Insert:
                 created_keys.discard(r.idempotency_key)
                 out.append(RunHandle(by_key[r.idempotency_key], database, created=created))
         return out
+
+
+def dependency_error(exc: psycopg.errors.ForeignKeyViolation) -> Exception:
+    """The error to raise for the insert's ForeignKeyViolation: RunNotFound when a run a
+    dependency names does not exist (the trigger's constraint name runs_after_exists,
+    pgqueue.runs_enqueue_after()), else the error itself."""
+    if exc.diag.constraint_name == "runs_after_exists":
+        message = (exc.diag.message_primary or str(exc)).removeprefix("pgqueue: ")
+        return RunNotFound(message)
+    return exc
 
 
 def _statement(

@@ -8,13 +8,14 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import psycopg
 
 from pgqueue.db import payload as _json
 from pgqueue.enqueue import unique as _unique
 from pgqueue.enqueue.checks import (
+    check_after,
     check_due,
     check_key,
     check_max_attempts,
@@ -48,6 +49,9 @@ class EnqueueKeywords(TypedDict, total=False):
     unique_for: float | timedelta | None
     on_duplicate: str | None
     debounce: float | timedelta | None
+    # RunHandles or run ids (or a function of a run's arguments giving them)
+    after: Sequence[Any] | Callable[..., Sequence[Any] | None] | None
+    on_dependency_failure: Literal["cancel", "run"] | None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class EnqueueOptions:
     unique_for: float | timedelta | None = None
     on_duplicate: str | None = None
     debounce: float | timedelta | None = None
+    # dependencies (docs/flow_control.md): the runs (RunHandles or ids) this one waits for,
+    # or a function of the run's arguments returning them (enqueue_many's per-item lists)
+    after: Sequence[Any] | Callable[..., Sequence[Any] | None] | None = None
+    on_dependency_failure: str | None = None
 
     @property
     def sync_conn(self) -> psycopg.Connection[Any] | None:
@@ -111,6 +119,9 @@ class RunRow:
     unique_while: str | None = None
     unique_for: float | None = None
     replace: bool = False
+    # the run ids it waits for, sorted, each once (None: none), and what a failed one does
+    after: tuple[int, ...] | None = None
+    on_dependency_failure: str | None = None
 
 
 class RunBatch(Sequence[RunRow]):
@@ -294,6 +305,19 @@ def build_row(
         )
     if uniq is not None and uniq.delay is not None:
         delay = uniq.delay
+    after, on_failure = None, None
+    if opts.after is None and opts.on_dependency_failure is not None:
+        raise InvalidArguments("on_dependency_failure needs after= (the runs it applies to)")
+    if opts.after is not None:
+        given = opts.after(*args, **kwargs) if callable(opts.after) else opts.after
+        after = check_after(given, opts.on_dependency_failure)
+        on_failure = None if after is None else opts.on_dependency_failure
+        if after is not None and uniq is not None and uniq.scope == "queued":
+            raise InvalidArguments(
+                "after= with a unique_key needs unique_while='active' or 'retained': a run "
+                "waiting for its dependencies has not been queued yet, so the 'queued' "
+                "scope (and debounce=, on_duplicate='replace') cannot hold it"
+            )
     return RunRow(
         task=task,
         queue=check_name("queue", opts.queue or queue),
@@ -317,4 +341,6 @@ def build_row(
         unique_while=None if uniq is None else uniq.scope,
         unique_for=None if uniq is None else uniq.window,
         replace=False if uniq is None else uniq.replace,
+        after=after,
+        on_dependency_failure=on_failure,
     )

@@ -4,7 +4,7 @@ nothing of pgqueue but the states, so that any module (errors included) can name
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -37,10 +37,20 @@ class Run:
     # {done, total, message, at} of the latest ctx.progress() report
     progress: dict[str, Any] | None = None
     cancel_reason: str | None = None  # app.cancel(id, reason=...)
+    # dependencies (task.options(after=...)): the runs it waits for, what a failed one
+    # does ("cancel" or "run"), and while it waits, those not finished yet
+    after: list[int] | None = None
+    on_dependency_failure: str | None = None
+    waiting_for: list[int] | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
-        values = {f.name: row[f.name] for f in fields(cls)}
+        # a field with a default that the query does not read (the dependencies of
+        # list_runs.sql's runs) takes its default
+        values = {
+            f.name: row[f.name] if f.name in row or f.default is MISSING else f.default
+            for f in fields(cls)
+        }
         values["group_key"] = values["group_key"] or None  # '' is the default group
         return cls(**values)
 

@@ -37,3 +37,9 @@ def seconds_text(value: float | None, *, compact: bool = False) -> str:
             figure = f"{amount:.0f}" if per in (0.001, 60) else f"{amount:.1f}"
             return figure + (short if compact else long)
     raise AssertionError("unreachable")
+
+
+def run_ids_text(ids: list[int]) -> str:
+    """Run ids in words, as `runs show` and the dashboard say what a run waits for:
+    "runs #3, #4" (one: "run #3")."""
+    return ("run " if len(ids) == 1 else "runs ") + ", ".join(f"#{i}" for i in ids)

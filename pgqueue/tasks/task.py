@@ -319,8 +319,9 @@ class BoundTask(Generic[P, R]):
 
     def make_rows(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Sequence[RunRow]:
         """The rows of an enqueue_many: one RunBatch, or with a unique_key function (a
-        key per item), a row per item for sql/functions/enqueue_unique.sql."""
-        if callable(self.opts.unique_key):
+        key per item), a row per item for sql/functions/enqueue_unique.sql, or with an
+        `after` function (the dependencies of each item), a row per item."""
+        if callable(self.opts.unique_key) or callable(self.opts.after):
             return [self.task.make_row(*_split(item), self.opts) for item in items]
         return RunBatch.build(self.task, self.opts, items)
 

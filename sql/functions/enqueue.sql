@@ -4,6 +4,10 @@
 -- (sql/parts/queue_flags_runs.sql). Keys are stored in NFC (pgqueue.nfc()), args and
 -- kwargs are at most 1 MiB each (App's default max_payload_bytes), and run_at is within
 -- pgqueue.check_due()'s range (docs/security.md, Input limits).
+-- `after`: the ids of runs this one waits for (docs/flow_control.md, Dependencies), with
+-- `on_dependency_failure` 'cancel' (NULL: the default) or 'run'; the trigger
+-- runs_enqueue_after (pgqueue.runs_enqueue_after()) checks and locks them, and the run
+-- is `waiting` until the last of them finishes.
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     task            text,
     args            jsonb DEFAULT '[]',
@@ -14,7 +18,9 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     max_attempts    integer DEFAULT 3,
     idempotency_key text DEFAULT NULL,
     group_key       text DEFAULT NULL,
-    timeout_seconds double precision DEFAULT NULL
+    timeout_seconds double precision DEFAULT NULL,
+    after           bigint[] DEFAULT NULL,
+    on_dependency_failure text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -24,6 +30,7 @@ DECLARE
     new_id bigint;
     new_state text := CASE WHEN run_at IS NOT NULL AND run_at > now()
                            THEN 'scheduled' ELSE 'queued' END;
+    inserted_state text;
     idem text := pgqueue.nfc(enqueue.idempotency_key);
     grp text := pgqueue.nfc(enqueue.group_key);
 BEGIN
@@ -48,6 +55,15 @@ BEGIN
                         '3153600000 (100 years), not %', enqueue.timeout_seconds
               USING ERRCODE = 'numeric_value_out_of_range';
     END IF;
+    IF enqueue.on_dependency_failure NOT IN ('cancel', 'run') THEN
+        RAISE EXCEPTION 'pgqueue.enqueue: on_dependency_failure must be ''cancel'' or ''run'', not %',
+                        enqueue.on_dependency_failure
+              USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.after IS NULL THEN
+        RAISE EXCEPTION 'pgqueue.enqueue: on_dependency_failure needs after (the runs it applies to)'
+              USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     PERFORM pgqueue.check_due('run_at', enqueue.run_at),
             pgqueue.check_length('group_key', grp, 512),
             pgqueue.check_length('idempotency_key', idem, 512),
@@ -57,7 +73,7 @@ BEGIN
             pgqueue.check_depth('kwargs', enqueue.kwargs);
     INSERT INTO pgqueue.runs AS r (task, queue, state, priority, args, kwargs, max_attempts,
                                    timeout_seconds, group_key, idempotency_key, run_at,
-                                   limited)
+                                   limited, after, on_dependency_failure)
     VALUES (enqueue.task, enqueue.queue, new_state, enqueue.priority, enqueue.args,
             enqueue.kwargs, enqueue.max_attempts, enqueue.timeout_seconds,
             coalesce(grp, ''), idem,
@@ -65,15 +81,17 @@ BEGIN
             EXISTS (SELECT 1 FROM pgqueue.queues q
                      WHERE q.name = enqueue.queue
                        AND (q.concurrency IS NOT NULL OR q.group_concurrency IS NOT NULL
-                            OR q.group_rate_limit IS NOT NULL OR q.ordered)))
+                            OR q.group_rate_limit IS NOT NULL OR q.ordered)),
+            enqueue.after, enqueue.on_dependency_failure)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING r.id INTO new_id;
+    RETURNING r.id, r.state INTO new_id, inserted_state;
     IF new_id IS NULL THEN
         SELECT r.id INTO new_id FROM pgqueue.runs r
         WHERE r.idempotency_key = idem;
         RETURN new_id;
     END IF;
-    IF new_state = 'queued' THEN
+    -- (a run with dependencies may be `waiting`: runs_enqueue_after())
+    IF inserted_state = 'queued' THEN
         PERFORM pg_notify('pgqueue_queued', enqueue.queue);
     END IF;
     RETURN new_id;

@@ -2,7 +2,8 @@
 -- the JSON document of pgqueue.enqueue.encoding (one array per run, position i holding
 -- field encoding.FIELDS[i]: args, kwargs, group_key, idempotency_key, task, queue,
 -- priority, max_attempts, timeout_seconds, run_at, delay, parent_id, unique_key,
--- unique_while, unique_for (seconds or null), replace (boolean)), read at the positions
+-- unique_while, unique_for (seconds or null), replace (boolean), after (an array of run
+-- ids or null), on_dependency_failure), read at the positions
 -- sql/parts/enqueue_run_fields.sql reads (tests/enqueue/test_encoding.py checks both).
 -- A run given as an object with those keys (the input before revision 0025) is read too.
 -- Returns one row per element: its position, the run's id, and whether it was created.
@@ -31,6 +32,7 @@ DECLARE
     due timestamptz;
     new_state text;
     new_id bigint;
+    inserted_state text;
     holder_id bigint;
     holder_created timestamptz;
     key text;
@@ -47,7 +49,7 @@ BEGIN
                                    e -> 'priority', e -> 'max_attempts', e -> 'timeout_seconds',
                                    e -> 'run_at', e -> 'delay', e -> 'parent_id',
                                    e -> 'unique_key', e -> 'unique_while', e -> 'unique_for',
-                                   e -> 'replace');
+                                   e -> 'replace', e -> 'after', e -> 'on_dependency_failure');
         END IF;
         due := coalesce((e ->> 9)::timestamptz,
                         now() + coalesce((e ->> 10)::double precision, 0)
@@ -70,7 +72,8 @@ BEGIN
             INSERT INTO pgqueue.runs AS r (task, queue, state, priority, args, kwargs,
                                            max_attempts, timeout_seconds, group_key,
                                            idempotency_key, run_at, parent_id, limited,
-                                           headers, unique_key, unique_while, batch_id)
+                                           headers, unique_key, unique_while, batch_id,
+                                           after, on_dependency_failure)
             VALUES (e ->> 4, e ->> 5, new_state, (e ->> 6)::smallint,
                     e -> 0, e -> 1, (e ->> 7)::integer,
                     (e ->> 8)::double precision,
@@ -84,11 +87,15 @@ BEGIN
                                     OR q.group_concurrency IS NOT NULL
                                     OR q.group_rate_limit IS NOT NULL OR q.ordered)),
                     enqueue_unique.headers, key, CASE WHEN key IS NOT NULL THEN scope END,
-                    enqueue_unique.batch)
+                    enqueue_unique.batch,
+                    -- dependencies: pgqueue.runs_enqueue_after() (the trigger) does the rest
+                    CASE WHEN jsonb_typeof(e -> 16) = 'array'
+                         THEN ARRAY(SELECT jsonb_array_elements_text(e -> 16)::bigint) END,
+                    e ->> 17)
             ON CONFLICT DO NOTHING
-            RETURNING r.id INTO new_id;
+            RETURNING r.id, r.state INTO new_id, inserted_state;
             IF new_id IS NOT NULL THEN
-                IF new_state = 'queued' AND notify THEN
+                IF inserted_state = 'queued' AND notify THEN
                     PERFORM pg_notify('pgqueue_queued', e ->> 5);
                 END IF;
                 run_n := i; run_id := new_id; run_created := true;

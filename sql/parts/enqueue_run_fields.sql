@@ -4,6 +4,8 @@
 -- enqueue statement reads a run through this part; a column it does not use costs
 -- nothing (the planner drops it). A select list: the columns named as pgqueue.runs
 -- names them, but `due` (run_at, else now() plus delay) and the uniqueness fields.
+-- `after` (the run ids it waits for) is a bigint[], NULL when absent; the trigger
+-- runs_enqueue_after does the rest of a dependency (pgqueue.runs_enqueue_after()).
 -- pgqueue.enqueue_unique() (sql/functions/) reads the same positions in its own text.
 e -> 0 AS args,
 e -> 1 AS kwargs,
@@ -20,4 +22,7 @@ coalesce((e ->> 9)::timestamptz,
 e ->> 12 AS unique_key,
 e ->> 13 AS unique_while,
 (e ->> 14)::double precision AS unique_for,
-coalesce((e ->> 15)::boolean, false) AS replace
+coalesce((e ->> 15)::boolean, false) AS replace,
+CASE WHEN jsonb_typeof(e -> 16) = 'array'
+     THEN ARRAY(SELECT jsonb_array_elements_text(e -> 16)::bigint) END AS after,
+e ->> 17 AS on_dependency_failure

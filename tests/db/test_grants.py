@@ -152,6 +152,20 @@ def test_producer_role_enqueues_and_waits(dsn: str, make_role: MakeRole, capsys:
             assert row is not None
             assert pgqueue.RunHandle(int(row[0]), producer).wait(timeout=20) == 6
             assert producer.emit_event("some.event", key="k") > 0
+            # dependencies: the enqueue trigger locks and flags them with the producer's
+            # grants, and cancels a run whose dependency was canceled
+            first = producer.enqueue_by_name("noop", [7], delay=3600)
+            then = producer.enqueue_by_name("noop", [8], after=[first])
+            assert producer.get_run(then.id).waiting_for == [first.id]
+            owner = pgqueue.App(dsn)
+            try:
+                assert owner.cancel(first.id)
+            finally:
+                owner.close()
+            assert producer.get_run(then.id).state == "canceled"
+            late = producer.enqueue_by_name("noop", [9], after=[first])
+            assert producer.get_run(late.id).cancel_reason == f"dependency #{first.id} was canceled"
+            assert producer.enqueue_by_name("noop", [10], after=[row[0]]).wait(timeout=20) == 10
         code, _, err = cli(capsys, "runs", "list", "--dsn", role_dsn)
         assert code == 0, err
     finally:

@@ -92,6 +92,8 @@ def _distinct_row() -> RunRow:
         unique_while="active",
         unique_for=3.5,
         replace=True,
+        after=(3, 5),
+        on_dependency_failure="run",
     )
 
 
@@ -105,6 +107,8 @@ def test_encode_writes_each_field_at_its_place() -> None:
             value = json.loads(value)
         elif isinstance(value, datetime):
             value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
         assert encoded[i] == value, name
     assert json.loads(encoding.document([row, row])) == [encoded, encoded]
 
@@ -160,6 +164,8 @@ def test_the_part_reads_what_the_encoder_wrote(conn: psycopg.Connection[Any]) ->
         value = getattr(row, name)
         if name in ("args", "kwargs"):
             value = json.loads(value)
+        elif isinstance(value, tuple):
+            value = list(value)
         assert read[name] == value, name
     assert read["due"] == row.run_at
     # a missing or null value is the field's absence; a delay is from now()
@@ -169,6 +175,7 @@ def test_the_part_reads_what_the_encoder_wrote(conn: psycopg.Connection[Any]) ->
     )
     read = dict(zip([c.name for c in cur.description or ()], cur.fetchone() or (), strict=True))
     assert read["group_key"] == "" and read["replace"] is False and read["unique_key"] is None
+    assert read["after"] is None and read["on_dependency_failure"] is None
     assert (read["due"] - read["now"]).total_seconds() == 60
 
 
@@ -232,6 +239,8 @@ def test_plain_is_what_the_plain_statement_inserts() -> None:
         unique_while=None,
         unique_for=None,
         replace=False,
+        after=None,
+        on_dependency_failure=None,
     )
     assert encoding.plain(base)
     for name, value in (
@@ -241,5 +250,6 @@ def test_plain_is_what_the_plain_statement_inserts() -> None:
         ("delay", 0.0),
         ("parent_id", 1),
         ("unique_key", "u"),
+        ("after", (1,)),
     ):
         assert not encoding.plain(dataclasses.replace(base, **{name: value})), name
