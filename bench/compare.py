@@ -1,31 +1,47 @@
-"""pgqueue side by side with procrastinate and pgqueuer: one run, same server, same machine.
+"""pgqueue side by side with every Python peer: one run, same server, same machine.
 
     python -m bench.compare --repeat 3
 
-Each library gets its own scratch database (cmp_pgqueue, cmp_procrastinate, cmp_pgqueuer),
-dropped and recreated (schema installed the library's own way) at the start of every
-repeat; the order of the libraries is shuffled per repeat. Per library and repeat:
+Libraries (--libs, default: all of them that are installed): pgqueue, procrastinate,
+pgqueuer, oban (oban-py, Python 3.12+), awa (awa-pg), chancy, dbos; and floor (below).
+Each library is called as an application calls it: its async API, every call of a step
+awaited inside ONE event loop that lives for the whole step (Lib.session, one
+asyncio.run), never a loop started per call; its sync API, where the benchmark measures
+one (pgqueue), in rows of their own. The peers' tasks and worker programs are in
+bench/peer_*.py; each runs at its library's documented defaults, through its public API
+(see each Lib class). A step a library cannot take shows "-".
+
+Each library gets its own scratch database (cmp_<lib>), dropped and recreated (schema
+installed the library's own way) at the start of every repeat; the order of the
+libraries is shuffled per repeat. Per library and repeat:
 
 1. bulk enqueue: --batches batches of 1,000 no-op jobs through the library's batch API
-   (pgqueue `Task.enqueue_many`, procrastinate `Task.batch_defer_async`, pgqueuer
-   `Queries.enqueue` with lists), after 2 warm-up batches;
-2. single enqueue: --single jobs, one call (one transaction) each (`Task.enqueue`,
-   `Task.defer_async`, `Queries.enqueue`);
+   (pgqueue `Task.enqueue_many_async`, procrastinate `Task.batch_defer_async`, pgqueuer
+   `Queries.enqueue` with lists, oban `Oban.enqueue_many`, awa `insert_many_copy`,
+   chancy `push_many`; DBOS has none), after 2 warm-up batches; then pgqueue's sync
+   `Task.enqueue_many` (row bulk_sync);
+2. single enqueue: --single jobs, one call (one transaction) each (`Task.enqueue_async`,
+   `Task.defer_async`, `Queries.enqueue`, `Worker.enqueue`, `AsyncClient.insert`,
+   `Chancy.push`, `DBOSClient.enqueue_async`); then pgqueue's sync `Task.enqueue`
+   (row single_sync);
 3. processing: one worker process started the way the library's docs show
-   (`python -m pgqueue worker`, `procrastinate worker`, `pgq run`), async no-op tasks,
-   claims of up to 100 jobs (pgqueuer `batch_size=100`, no concurrency limit; pgqueue
-   `--concurrency 200`, which claims half its concurrency at a time; procrastinate
-   `--concurrency 100`, which fetches one job per query), drains everything steps 1-2
+   (`python -m pgqueue worker`, `procrastinate worker`, `pgq run`, `oban start`, and the
+   worker programs of bench/peer_*.py), async no-op tasks; pgqueue, procrastinate and
+   pgqueuer claim up to 100 jobs (pgqueuer `batch_size=100`, no concurrency limit;
+   pgqueue `--concurrency 200`, which claims half its concurrency at a time;
+   procrastinate `--concurrency 100`, which fetches one job per query), the new peers
+   run at their defaults here too; drains everything steps 1-2
    left queued. Rate = jobs / time
    from the first job leaving the queue to the last finishing, seen by probing the
-   library's own table every 10 ms (clock_timestamp(), same method for all three; the
+   library's own table every 10 ms (clock_timestamp(), same method for all; the
    probes are index lookups, see watch_drain: counting the queue on every poll took a
    tenth to a quarter of a core from the drain, more for pgqueue than for pgqueuer);
 4. idle pickup: the same worker, now idle and LISTENing; this process enqueues one `ping`
-   job every 15-35 ms; the task body sends (i, time.time()) over UDP. Latency = task body
-   start - enqueue call start, same host clock. A ping that has not run 10 s after the
-   last was sent counts as that wait, and the table notes how many (pgqueuer's worker
-   has left a tenth of its pings unrun for seconds);
+   job every 15-35 ms (async enqueue, all from one event loop, asyncio.sleep between); the
+   task body sends (i, time.time()) over UDP. Latency = task body start - enqueue call
+   start, same host clock. A ping that has not run 10 s after the last was sent counts as
+   that wait, and the table notes how many (pgqueuer's worker has left a tenth of its
+   pings unrun for seconds);
 3b. processing with two worker processes: --two-runs jobs bulk-enqueued (untimed), then
    two worker processes started as in step 3 drain them; same rate method;
 3c. deep queue: --deep jobs (60,000) bulk-enqueued (untimed), drained by one worker
@@ -35,17 +51,22 @@ repeat; the order of the libraries is shuffled per repeat. Per library and repea
    with `--concurrency 100` (claims of 50), the setting of earlier sessions;
 4b. chains: a 4-task chain (each task enqueues the next: `enqueue_async`,
    procrastinate's `defer_async` from the job context, pgqueuer's `Queries.enqueue` on the
-   PgQueuer's own driver) in all three, and a 4-step workflow (`ctx.step` x4) in pgqueue,
+   PgQueuer's own driver, oban's `Worker.enqueue`, awa's `AsyncClient.insert` on the
+   worker's client, DBOS's `Queue.enqueue_async`; chancy has no documented way for a job
+   to reach its app, so no chain), and a 4-step workflow (`ctx.step` x4) in pgqueue,
    which the peers have no equivalent of. Throughput: --chains first tasks bulk-enqueued
    with no worker running, then one worker process; chains/s = chains finished / (last
    chain's end - first chain's start), from UDP pings sent by the first and last task
    bodies (capped like a drain). Latency: an idle worker; one chain at a time, every
    15-35 ms after the previous one ended; enqueue call start -> last task body;
-5. out of the box (--defaults jobs, 50,000): no-op async jobs bulk-enqueued (untimed), one
-   worker process started with the library's defaults, no tuning option at all (pgqueue
-   `pgqueue worker --app ...` for an app whose tasks are all async, which gets concurrency
-   100; pgqueuer `pgqueuer.run(factory)` on uvloop, as `pgq run` does: batch_size 10;
-   procrastinate `procrastinate worker`: concurrency 1); same rate method as step 3;
+5. out of the box (--defaults jobs, 50,000): no-op async jobs enqueued (untimed), one
+   worker process started with the library's defaults, no tuning option at all. pgqueue
+   has two rows, both on runs routed at enqueue with `.options(queue="cmp")` to tasks
+   that declare no queue (pgq_user_app): `defaults`, the CLI with no option but the
+   queue (`pgqueue worker --app ... --queues cmp`), and `defaults_api`, the Python API
+   (`app.worker(queues=["cmp"]).run_async()`, pgq_user_worker); pgqueuer
+   `pgqueuer.run(factory)` on uvloop, as `pgq run` does: batch_size 10; procrastinate
+   `procrastinate worker`: concurrency 1; the new peers as in step 3; same rate method;
 6. backlog: the worker stopped, --backlog jobs inserted with INSERT ... SELECT into another
    queue (pgqueuer: another entrypoint), VACUUM ANALYZE, --backlog-runs jobs bulk-enqueued
    into the benchmark queue, a fresh worker drains them: rate and ratio to the drain of
@@ -60,8 +81,9 @@ running then (without it, pickup p99s ranged from 4.5 to 41 ms between repeats).
 pickup series has 1,000 pings, so that its p99 is the tenth-slowest ping, not a single
 outlier.
 
-`--libs pgqueue,pgqueuer,floor` adds the floor to the pickup step (FloorLib: a bare psycopg
-INSERT+NOTIFY and a LISTEN-side claim, the least a pickup costs; it takes no other step).
+`--libs pgqueue,pgqueuer,floor` adds the floor to the pickup step (FloorLib: a bare
+psycopg AsyncConnection INSERT+NOTIFY in the same kind of loop and a LISTEN-side claim,
+the least a pickup costs; it takes no other step).
 `--only defaults,pickup` (say) runs just those steps (process implies bulk and single,
 whose jobs it drains).
 
