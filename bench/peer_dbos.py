@@ -24,8 +24,6 @@ def main() -> None:
     async def ping(i: int = 0) -> None:
         ping_back(i)
 
-    queue = DBOS.register_queue(QUEUE)
-
     @DBOS.workflow(name="chain")
     async def chain(i: int = 0, step: int = 0) -> None:
         if chain_link(i, step):
@@ -34,6 +32,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     DBOS.launch()
+    queue = DBOS.register_queue(QUEUE)  # it persists its configuration: after launch
     stop.wait()
     DBOS.destroy()
 
