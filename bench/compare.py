@@ -442,6 +442,10 @@ class Lib:
     def purge_sql(self) -> str:
         raise NotImplementedError
 
+    def purge(self, conn: psycopg.Connection[Any]) -> None:
+        """Delete the jobs of the benchmark's queue still waiting (a capped drain's)."""
+        conn.execute(self.purge_sql())  # type: ignore[arg-type]
+
     def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
         raise NotImplementedError
 
@@ -995,7 +999,7 @@ class AwaLib(Lib):
     `python -m awa migrate`, and the worker program its README shows (bench.peer_awa.main) with
     `client.start()` at its defaults. Its queue storage is append-only partitions, so the
     drain probes read its `awa.jobs` view (dearer than the others' index probes) and
-    leftovers are not purged (no DELETE on the view; only capped drains leave any)."""
+    leftovers (a capped drain's) go through `drain_queue`, its admin call for them."""
 
     client: Any = None
 
@@ -1081,7 +1085,10 @@ class AwaLib(Lib):
         )
 
     def purge_sql(self) -> str:
-        return "SELECT 1"
+        raise NotImplementedError  # purge() goes through the client
+
+    def purge(self, conn: psycopg.Connection[Any]) -> None:
+        self.session(lambda: self.client.drain_queue(QUEUE))  # its admin call for it
 
     def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
         conn.execute(
@@ -1361,7 +1368,7 @@ def drain_rate(lib: Lib, cap: float, workers: int = 1, timeout: float = 600.0) -
         n, since = unfinished(conn, lib), db_clock(conn)
         with lib.workers(workers) as procs:
             d = watch_drain(conn, lib, procs, n, since, cap=cap, timeout=timeout)
-        conn.execute(lib.purge_sql())
+        lib.purge(conn)
         lib.vacuum(conn)
         return d.done / max(d.end - d.start, 1e-3), d.done
 
@@ -1499,7 +1506,7 @@ def chain_rate(lib: Lib, kind: str, n: int, cap: float, timeout: float = 300.0) 
             else:
                 raise TimeoutError(f"{lib.name}: {kind}: no chain started in {timeout}s")
         with psycopg.connect(lib.dsn, autocommit=True) as conn:
-            conn.execute(lib.purge_sql())
+            lib.purge(conn)
     finally:
         pings.close()
     if not ends:
@@ -1592,7 +1599,7 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
             log(f"process {rate:,.0f} jobs/s ({n:,} jobs)")
         elif steps & {"bulk", "single"}:  # what they enqueued is not for the next steps
             with psycopg.connect(lib.dsn, autocommit=True) as conn:
-                conn.execute(lib.purge_sql())
+                lib.purge(conn)
         if args.two_runs and "two" in steps:
             lib.load(args.two_runs)
             rate, n = drain_rate(lib, args.cap, workers=2)
