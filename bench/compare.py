@@ -1579,6 +1579,7 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
     steps = set(args.only) & set(lib.steps or STEPS)
     if "process" in steps:  # it drains what bulk and single enqueued
         steps |= {"bulk", "single"}
+        steps &= set(lib.steps or STEPS)
     lib.fresh()
     try:
         if "bulk" in steps:
@@ -1587,6 +1588,8 @@ def one_repeat(lib: Lib, args: argparse.Namespace, r: int, s: Samples) -> None:
             with contextlib.suppress(NotImplementedError):
                 s.bulk_sync.append(lib.bulk_sync(args.batches, 1000))
                 log(f"bulk (sync API) {s.bulk_sync[-1]:,.0f} jobs/s")
+        elif "process" in steps:  # no batch API: as many jobs for the drain, one by one
+            lib.load((args.batches + 2) * 1000)
         if "single" in steps:
             s.single.append(lib.single(args.single))
             log(f"single (async, one loop) {s.single[-1]:,.0f} jobs/s")
