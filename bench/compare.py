@@ -1178,7 +1178,12 @@ class DbosLib(Lib):
         )
 
     def purge_sql(self) -> str:
-        return "DELETE FROM dbos.workflow_status WHERE queue_name = 'cmp' AND status = 'ENQUEUED'"
+        # with the workers stopped, a PENDING workflow is one they left: the next DBOS
+        # process would recover it (and a recovered chain would ping into the next step)
+        return (
+            "DELETE FROM dbos.workflow_status WHERE queue_name = 'cmp'"
+            " AND status IN ('ENQUEUED', 'PENDING')"
+        )
 
     def load_backlog(self, conn: psycopg.Connection[Any], n: int) -> None:
         conn.execute(
