@@ -687,7 +687,7 @@ class PgqueuerLib(Lib):
     queries: Any = None
 
     def install(self) -> None:
-        subprocess.run(["pgq", "install"], env=self.env(), check=True, capture_output=True)
+        subprocess.run([_script("pgq"), "install"], env=self.env(), check=True, capture_output=True)
 
     async def aopen(self) -> None:
         import asyncpg  # type: ignore[import-untyped]
