@@ -68,6 +68,8 @@ def one_repeat(server: str, n: int, order: list[str], out: dict[str, list[float]
     if peer is not None:
         peer.fresh()
     loop = asyncio.new_event_loop()
+    if peer is not None:
+        loop.run_until_complete(peer.aopen())  # its connection, on this loop
     try:
         with psycopg.connect(pgq.dsn, autocommit=True) as conn:
             aconn = loop.run_until_complete(
@@ -88,16 +90,17 @@ def one_repeat(server: str, n: int, order: list[str], out: dict[str, list[float]
                     rate = _arate(loop, n, pgq_noop.enqueue_async)
                 else:
                     assert peer is not None
-                    assert peer.loop is not None  # the loop that opened its connection
 
                     def enqueue(i: int, queries: Any = peer.queries) -> Awaitable[Any]:
                         return queries.enqueue("cmp.noop", str(i).encode())  # type: ignore[no-any-return]
 
-                    rate = _arate(peer.loop, n, enqueue)
+                    rate = _arate(loop, n, enqueue)
                 out[side].append(rate)
                 print(f"  {side}: {rate:,.0f} jobs/s", flush=True)
             loop.run_until_complete(aconn.close())
             loop.run_until_complete(pgq_app.aclose())
+            if peer is not None:
+                loop.run_until_complete(peer.aclose())
     finally:
         loop.close()
         pgq.close()
