@@ -246,14 +246,20 @@ def worker(
         open_app(dsn, embedded, app_spec)  # a bad --app or DSN fails here, once
         _reload.supervise(reload_dirs, stop_timeout=min(grace, 10) + 2)
         return
-    if processes and app_spec.startswith("pgqueue.contrib."):
-        fail(
-            "--processes needs --app MODULE:ATTR, the module your App is defined in: child"
-            " processes import the App from there, and cannot import the one a framework's"
-            " command configured"
-        )
     _logging.setup(log_level, log_format)
     app = open_app(dsn, embedded, app_spec, pooler=pooler)
+    app_path = app_spec if processes else None
+    if processes and app_spec.startswith("pgqueue.contrib."):
+        # the App a framework's command configured (manage.py / flask pgqueue): the child
+        # processes import it from the module that defines it and its tasks
+        from pgqueue.worker.processes import find_app_path
+
+        app_path = find_app_path(app, app.tasks.values())
+        if app_path is None:
+            fail(
+                "--processes: the App is in none of its tasks' modules, where child processes"
+                " would import it from: give --app MODULE:ATTR"
+            )
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     runner = app.worker(
         queues=names,
@@ -266,7 +272,7 @@ def worker(
         max_runs=max_runs,
         max_memory_mb=max_memory_mb,
         processes=processes,
-        app_path=app_spec if processes else None,
+        app_path=app_path,
     )
     from pgqueue.worker import tuned_gc
 

@@ -578,6 +578,7 @@ def child_main(argv: list[str]) -> None:
     if hello.get("log"):
         _logging.setup(*hello["log"])
     _logging.install_run_fields()  # a task's log records carry its run's fields
+    _setup_django()
     app = _load_app(str(hello["app"]))
     _configure(app, hello.get("dsn"), hello.get("pooler"))
     worker_id = uuid.UUID(hello["worker_id"])
@@ -644,6 +645,19 @@ def _die_with_parent(parent: int) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(0)
+
+
+def _setup_django() -> None:
+    """In a Django project's worker (manage.py pgqueue worker, or DJANGO_SETTINGS_MODULE
+    set), set Django up before the app's modules import models, as manage.py did in the
+    worker: its apps, settings and pgqueue.contrib.django's wrappers around each run."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return
+    try:
+        import django
+    except ImportError:
+        return
+    django.setup()
 
 
 def _load_app(spec: str) -> Any:

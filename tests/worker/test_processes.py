@@ -273,8 +273,14 @@ def test_children_that_cannot_import_the_app_stop_the_worker(procs: pgqueue.App)
 
 
 def test_a_framework_command_needs_an_app_path_for_processes(
-    capsys: pytest.CaptureFixture[str], dsn: str
+    capsys: pytest.CaptureFixture[str], dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The App a framework's command configured is imported by the children from the
+    module of its tasks (tests/contrib/django: manage.py pgqueue worker --processes); one
+    whose tasks' modules do not hold it needs --app."""
+    from pgqueue.contrib import _cli
+
+    monkeypatch.setattr(_cli, "current_app", pgqueue.App(dsn))
     with pytest.raises(SystemExit) as exc:
         main(
             [

@@ -157,6 +157,29 @@ def test_request_commits_row_and_run_together_then_a_worker_runs_it(project_dsn:
     )
 
 
+def test_a_worker_with_child_processes_runs_django_code(project_dsn: str) -> None:
+    """`manage.py pgqueue worker --processes 1`: the children import the project's App
+    from the module of its tasks (PGQUEUE['APP']) after setting Django up, so a task's ORM
+    queries work there as in the worker's threads."""
+    from django.test import Client
+
+    response = Client().post("/orders/", {"email": "cy@example.com"})
+    assert response.status_code == 201, response.content
+    order, run = response.json()["order"], response.json()["run"]
+    done = run_command(
+        ["manage.py", "pgqueue", "worker", "--burst", "--processes", "1", "--log-level", "INFO"],
+        cwd=PROJECT,
+        env={"DATABASE_URL": project_dsn},
+    )
+    output = done.stdout + done.stderr
+    assert scalar(project_dsn, "SELECT state FROM pgqueue.runs WHERE id = %s", (run,)) == (
+        "succeeded"
+    ), output
+    assert scalar(project_dsn, "SELECT status FROM orders_order WHERE id = %s", (order,)) == (
+        "confirmed"
+    )
+
+
 def test_a_request_that_fails_mid_transaction_leaves_neither_row_nor_run(
     project_dsn: str,
 ) -> None:
