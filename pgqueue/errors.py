@@ -146,16 +146,19 @@ class NonDeterministic(NonRetryable):
         call: str,
         recorded_position: int,
         recorded_call: str,
+        *,
+        message: str | None = None,
     ) -> None:
         self.run_id, self.step = run_id, step
         self.position, self.call = position, call
         self.recorded_position, self.recorded_call = recorded_position, recorded_call
         super().__init__(
-            f"the replay of run {run_id} diverged from its history at step {step!r}: "
+            message
+            or f"the replay of run {run_id} diverged from its history at step {step!r}: "
             f"recorded as operation {recorded_position} {recorded_call}, now called as "
             f"operation {position} {call}; code between steps must be deterministic, so "
-            "give a changed step a new name, or let the runs in flight finish on the old "
-            "code (docs/workflows.md, Determinism)"
+            "put a changed step behind ctx.patched(), give it a new name, or let the runs "
+            "in flight finish on the old code (docs/workflows.md, Determinism)"
         )
 
 

@@ -180,6 +180,18 @@ class AsyncContext:
         """A durable operation (named already) in a worker thread, once awaited."""
         return await self._in_thread(call)
 
+    def patched(self, change_id: str) -> Coroutine[Any, Any, bool]:
+        """As Context.patched: `if await ctx.patched("send-receipt"): ...new code...`. The
+        point it asks about is where it is called (before anything is awaited)."""
+        durable = self._durable
+        return self._blocking(
+            functools.partial(durable.patched, change_id, durable.next_position())
+        )
+
+    def deprecate_patch(self, change_id: str) -> Coroutine[Any, Any, None]:
+        """As Context.deprecate_patch."""
+        return self._blocking(functools.partial(self._durable.deprecate_patch, change_id))
+
     def emit_event(
         self,
         name: str,

@@ -205,6 +205,20 @@ class Context:
         result: T = durable.step(durable.unique_name(name), fn, args, kwargs, timeout)
         return result
 
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the code of a change (`if ctx.patched("send-receipt"):
+        ...new code...`): True for a run that reaches this point on code with the patch,
+        False for a run whose history went past this point before it existed; the answer
+        is recorded, so every replay of the run gets the same. Takes no position among
+        the run's operations (docs/workflows.md, Versioning)."""
+        durable = self._sync_durable()
+        return durable.patched(change_id, durable.next_position())
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Mark the code of patch `change_id` as the only code left (its `if` removed): a
+        run still on the code before it fails with NonDeterministic."""
+        self._sync_durable().deprecate_patch(change_id)
+
     def emit_event(
         self,
         name: str,

@@ -38,6 +38,18 @@ if TYPE_CHECKING:
 CHILD_KEY = "pgqueue.child:{parent}:{name}"
 
 
+# The step that records a run's answer to ctx.patched(change_id): not a durable operation
+# (it takes no position), so adding a patch moves no other step of a run in flight.
+PATCH_PREFIX = "pgqueue.patch:"
+
+
+def patch_step(change_id: str) -> str:
+    if not isinstance(change_id, str) or not change_id or "#" in change_id:
+        raise UserError(f"a patch id must be a non-empty string without '#', not {change_id!r}")
+    check_key("patch id", change_id, limit=MAX_KEY_BYTES - 64)
+    return PATCH_PREFIX + change_id
+
+
 class Suspend(BaseException):
     """Unwinds a workflow that must wait; the worker turns it into `scheduled`/`waiting`
     without using an attempt. A BaseException so user code cannot swallow it."""
@@ -167,6 +179,53 @@ class Durable:
         if rec.position != position or rec.call != call:
             raise NonDeterministic(self.run_id, name, position, call, rec.position, rec.call)
         return rec
+
+    # -- patches (versioned workflow code) ----------------------------------------------
+
+    def next_position(self) -> int:
+        """The position the next durable operation of this execution takes."""
+        return len(self._positions)
+
+    def patched(self, change_id: str, position: int) -> bool:
+        """Whether this run takes the code of patch `change_id`, asked at `position`
+        (next_position() at the call). The first answer is recorded (a step named
+        PATCH_STEP, which takes no position) and every replay of the run gets it again:
+        True for a run that reaches this point on code that has the patch, False for a
+        run whose history already went past it without (a step recorded at `position`
+        or later; or any step recorded before revision 0027, which carries no position:
+        such a run started on older code)."""
+        name = patch_step(change_id)
+        rec = self.get(name)
+        if rec is not None and rec.state == StepState.SUCCEEDED:
+            return bool(rec.output)
+        assert self._steps is not None  # get() loaded them
+        passed = any(
+            r.position is None or r.position >= position
+            for r in self._steps.values()
+            if not r.name.startswith(PATCH_PREFIX)
+        )
+        self.record(name, StepState.SUCCEEDED, output="false" if passed else "true")
+        return not passed
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """The code of patch `change_id` is the only code now (its `if ctx.patched(...)`
+        removed): a run that recorded False for it started on the code before the patch
+        and cannot replay this code, so it fails with NonDeterministic; any other run
+        goes on."""
+        rec = self.get(patch_step(change_id))
+        if rec is not None and rec.state == StepState.SUCCEEDED and rec.output is False:
+            raise NonDeterministic(
+                self.run_id,
+                rec.name,
+                self.next_position(),
+                f"ctx.deprecate_patch {change_id}",
+                -1,
+                f"ctx.patched {change_id} -> False",
+                message=f"run {self.run_id} started on the code before patch {change_id!r} "
+                "(its ctx.patched() answered False), which this code no longer has: let "
+                "such runs finish before deprecating the patch (docs/workflows.md, "
+                "Versioning)",
+            )
 
     @property
     def loaded(self) -> bool:
