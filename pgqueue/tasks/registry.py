@@ -210,6 +210,7 @@ class Registry:
         on_failure: Hook | None = None,
         on_retry: Hook | None = None,
         on_event: str | None = None,
+        version: str | None = None,
     ) -> Task[Any, Any]:
         """The Task for `fn`, added to `tasks` (named module.qualname unless `name=`).
         A workflow with `on_event` is started by every event of that name emitted through
@@ -236,6 +237,7 @@ class Registry:
             on_failure=on_failure,
             on_retry=on_retry,
             workflow=workflow,
+            version=version,
         )
         if on_event is not None:
             try:

@@ -60,6 +60,7 @@ class TaskKeywords(TypedDict, total=False):
     on_failure: Hook | None
     on_retry: Hook | None
     on_event: str | None  # @app.workflow only: started by each event of that name
+    version: str | None  # @app.workflow only: recorded per run; other versions are left
 
 
 class Arity:
@@ -160,6 +161,7 @@ class Task(Generic[P, R]):
         on_failure: Hook | None,
         workflow: bool,
         on_retry: Hook | None = None,
+        version: str | None = None,
     ) -> None:
         self.name = check_name("task", name)
         try:
@@ -173,6 +175,13 @@ class Task(Generic[P, R]):
                 check_key("group key", group)
         except (InvalidArguments, OutOfRange) as exc:
             raise type(exc)(f"task {name!r}: {exc}") from None
+        if version is not None:
+            if not workflow:
+                raise TypeError(f"task {name!r}: version= is for @app.workflow")
+            check_name("workflow version", version)
+        # a workflow's code version: recorded on each run's first start; a worker whose
+        # code has another version leaves the run for one that has it
+        self.version = version
         self.enqueuer = enqueuer  # where its runs are written
         self.fn = fn
         self.retry = retry

@@ -248,6 +248,9 @@ async def attempt(
             # this attempt's own asyncio task (Executor.execute): its own context
             CURRENT.set(ctx)
             if task.workflow:
+                if task.version is not None:
+                    check = functools.partial(ctx.durable.check_version, task.name, task.version)
+                    await _in_thread(rt, ctx, check)
                 args = [
                     AsyncContext(ctx, ctx.durable, functools.partial(_in_thread, rt, ctx)),
                     *args,
@@ -324,9 +327,17 @@ def _call(
     Context as pgqueue.current() (and its last progress report written at the end)."""
     ctx: Context = held.ctx
     call = functools.partial(call_as, ctx, task.fn, *task.run_ctx_args(ctx, args), **kwargs)
+    if task.workflow and task.version is not None:
+        call = functools.partial(_versioned, ctx, task.name, task.version, call)
     if rt.traced.tracing is not None:  # a thread of the pool: in the attempt span's context
         call = functools.partial(contextvars.copy_context().run, call)
     return rt.wrap_sync(ctx, call) if rt.sync_wrappers else call
+
+
+def _versioned(ctx: Context, workflow: str, version: str, call: Callable[[], Any]) -> Any:
+    """A versioned workflow's call: its run's version checked (or recorded) first."""
+    ctx.durable.check_version(workflow, version)
+    return call()
 
 
 def _in_thread(rt: Runtime, ctx: Context, fn: Callable[[], Any]) -> asyncio.Future[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -35,8 +36,16 @@ if TYPE_CHECKING:
     from pgqueue.runs.handle import RunHandle
     from pgqueue.tasks.task import Task
 
+log = logging.getLogger("pgqueue.worker")
+
 CHILD_KEY = "pgqueue.child:{parent}:{name}"
 
+
+# The step that records which version of its workflow's code a run started on
+# (@app.workflow(version=...)); a worker with another version leaves the run for one that
+# has it, looking again after VERSION_RETRY seconds (no attempt used).
+VERSION_STEP = "pgqueue.version"
+VERSION_RETRY = 5.0
 
 # The step that records a run's answer to ctx.patched(change_id): not a durable operation
 # (it takes no position), so adding a patch moves no other step of a run in flight.
@@ -180,7 +189,29 @@ class Durable:
             raise NonDeterministic(self.run_id, name, position, call, rec.position, rec.call)
         return rec
 
-    # -- patches (versioned workflow code) ----------------------------------------------
+    # -- versions and patches (workflow code that changes) ------------------------------
+
+    def check_version(self, workflow: str, version: str) -> None:
+        """Before the workflow's code runs: record `version` for a run that has none yet;
+        a run that started on another version is left (Suspend: scheduled again in
+        VERSION_RETRY seconds, no attempt used) for a worker that has that version."""
+        rec = self.get(VERSION_STEP)
+        if rec is None or rec.state != StepState.SUCCEEDED:
+            text = _json.dumps(version, what="a workflow version")
+            self.record(VERSION_STEP, StepState.SUCCEEDED, output=text)
+            return
+        if rec.output == version:
+            return
+        log.warning(
+            "run %s (%s) started on version %r of its code; this worker has %r: left for "
+            "a worker that has it, again in %g s",
+            self.run_id,
+            workflow,
+            rec.output,
+            version,
+            VERSION_RETRY,
+        )
+        raise Suspend(RunState.SCHEDULED, VERSION_RETRY)
 
     def next_position(self) -> int:
         """The position the next durable operation of this execution takes."""

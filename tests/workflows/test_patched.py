@@ -5,6 +5,7 @@ each run takes; deprecate_patch() fails the runs that still need the old code.""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import psycopg
@@ -116,3 +117,47 @@ def test_a_patch_id_is_checked() -> None:
     with pytest.raises(pgqueue.errors.UserError, match="patch id"):
         patch_step("a#2")
     assert patch_step("send-receipt") == "pgqueue.patch:send-receipt"
+
+
+VERSIONED = "tests.apps.versioned:app"
+
+
+def test_a_worker_leaves_a_run_of_another_version_to_a_worker_that_has_it(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    from tests.apps.versioned import app as versioned_app
+    from tests.apps.versioned import async_ship, ship
+
+    conn.execute(EFFECTS_DDL)
+    versioned_app.configure(dsn=dsn)
+    old = ship.enqueue(1).id
+    with WorkerProcess(dsn, VERSIONED, env={"WORKFLOW_VERSION": "v1"}).wait_ready():
+        wait_until(lambda: states(dsn, [old]) == {"waiting": 1}, message="v1 waits")
+    recorded = "SELECT output FROM pgqueue.steps WHERE run_id = %s AND name = 'pgqueue.version'"
+    assert conn.execute(recorded, (old,)).fetchone() == ("v1",)
+    attempts = versioned_app.get_run(old).attempt  # a wait gives its attempt back
+    new = ship.enqueue(2).id
+    fresh = async_ship.enqueue(3).id
+    with WorkerProcess(dsn, VERSIONED, env={"WORKFLOW_VERSION": "v2"}).wait_ready() as v2:
+        wait_until(lambda: states(dsn, [new]) == {"waiting": 1}, message="v2 waits")
+        versioned_app.emit_event("versioned.go", key="1")
+        versioned_app.emit_event("versioned.go", key="2")
+        wait_until(lambda: states(dsn, [new, fresh]) == {"succeeded": 2}, message="v2's runs")
+        # the v1 run was taken and left: scheduled, its attempt given back, nothing run
+        wait_until(lambda: versioned_app.get_run(old).state == "scheduled", message="v1 run left")
+        assert versioned_app.get_run(old).attempt == attempts
+        assert tags(dsn)[old] == ["pack:v1"]
+        v2.signal(signal.SIGTERM)
+        v2.wait(30)
+        assert "started on version 'v1' of its code; this worker has 'v2'" in v2.output()
+    assert versioned_app.get_run(fresh).result == "v2"
+    with WorkerProcess(dsn, VERSIONED, env={"WORKFLOW_VERSION": "v1"}).wait_ready():
+        wait_until(lambda: states(dsn, [old]) == {"succeeded": 1}, timeout=30, message="v1")
+    assert tags(dsn)[old] == ["pack:v1", "send:v1"]
+    assert tags(dsn)[new] == ["pack:v2", "send:v2"]
+
+
+def test_a_version_is_for_workflows() -> None:
+    app = pgqueue.App()
+    with pytest.raises(TypeError, match=r"version= is for @app\.workflow"):
+        app.task(version="v1")(lambda: None)
