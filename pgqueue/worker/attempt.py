@@ -11,7 +11,7 @@ import contextvars
 import functools
 import logging
 import traceback
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -236,9 +236,6 @@ async def attempt(
     with a hook). None means: write nothing (lease lost, canceled or released). `expire`
     is called on the loop if an async task runs past its timeout."""
     ctx: Context = held.ctx
-    processes = rt.processes
-    if processes is not None and task is not None and processes.takes(task):
-        return await _attempt_in_process(processes, held, task)
     found = checked(rt, held, task)
     if type(found) is Outcome or task is None:
         return found  # type: ignore[return-value]
@@ -275,29 +272,14 @@ async def attempt(
     return returned(rt, held, task, result)
 
 
-async def traced_attempt(
-    rt: Runtime, held: Held, task: Task[Any, Any] | None, expire: Expire, tracing: Tracing
+async def traced(
+    tracing: Tracing, held: Held, attempt: Awaitable[Outcome | None]
 ) -> Outcome | None:
-    """attempt() inside the app's attempt span (pgqueue.contrib.otel): the task's own
-    spans are its children, and the span records the outcome."""
+    """An attempt (attempt(), or a child process's) inside the app's attempt span
+    (pgqueue.contrib.otel): the task's own spans are its children, and the span records
+    the outcome."""
     with tracing.attempt(held) as span:
-        return span.ended(await attempt(rt, held, task, expire))
-
-
-async def _attempt_in_process(
-    processes: Processes, held: Held, task: Task[Any, Any]
-) -> Outcome | None:
-    """attempt() for a sync task whose code runs in a child process (validation, the
-    call and its result's encoding are the child's attempt_in_thread): its timeout is a
-    failure here, as a thread's is; its cancellation (Held.stop) writes nothing."""
-    try:
-        return await processes.attempt(held, task)
-    except asyncio.CancelledError:
-        if held.lost or held.released:
-            return None
-        raise
-    except AttemptTimeout as exc:
-        return raised(held, task, exc)
+        return span.ended(await attempt)
 
 
 def attempt_in_thread(rt: Runtime, held: Held, task: Task[Any, Any]) -> Outcome | None:

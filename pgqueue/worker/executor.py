@@ -155,10 +155,15 @@ class Executor:
         try:
             rt = self.runtime
             tracing = rt.traced.tracing
-            if tracing is None:
-                outcome = await _attempt.attempt(rt, held, task, self._expire)
+            processes = rt.processes
+            if processes is not None and task is not None and processes.takes(task):
+                attempt = processes.outcome(held, task)  # its code in a child process
             else:
-                outcome = await _attempt.traced_attempt(rt, held, task, self._expire, tracing)
+                attempt = _attempt.attempt(rt, held, task, self._expire)
+            if tracing is None:
+                outcome = await attempt
+            else:
+                outcome = await _attempt.traced(tracing, held, attempt)
             if outcome is None or held.lost:
                 if not held.submitted:  # else it timed out, and expire() wrote it
                     self.transitions.finished(held, None, False)

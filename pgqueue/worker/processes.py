@@ -274,6 +274,19 @@ class Processes:
             ",".join(map(str, self.pids())),
         )
 
+    async def outcome(self, held: Held, task: Task[Any, Any]) -> Outcome | None:
+        """The outcome of `held`'s attempt in a child (None: write nothing), as
+        attempt.attempt() gives a thread's: its timeout is a failure, its cancellation
+        (Held.stop) writes nothing."""
+        try:
+            return await self.attempt(held, task)
+        except asyncio.CancelledError:
+            if held.lost or held.released:
+                return None
+            raise
+        except _attempt.AttemptTimeout as exc:
+            return _attempt.raised(held, task, exc)
+
     async def attempt(self, held: Held, task: Task[Any, Any]) -> Outcome | None:
         """Run `held`'s sync attempt in a child: its outcome, or None (write nothing: the
         run was canceled, lost or released, which Held.stop() tells by cancelling this
