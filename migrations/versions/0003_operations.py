@@ -7,8 +7,7 @@ Revises: 0002
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0003"
 down_revision = "0002"
@@ -19,8 +18,8 @@ depends_on = None
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     # the texts this revision was released with: no later revision changes these views
-    op.execute(_sql.definition("views/failed"))
-    op.execute(_sql.definition("views/workers_live"))
+    op.execute(history.definition("views/failed", revision))
+    op.execute(history.definition("views/workers_live", revision))
 
 
 def downgrade() -> None:

@@ -7,8 +7,7 @@ Revises: 0008
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0009"
 down_revision = "0008"
@@ -19,7 +18,7 @@ depends_on = None
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     for name in ("json_too_deep", "check_length", "check_depth", "enqueue", "emit_event"):
-        op.execute(_sql.definition(f"functions/{name}"))
+        op.execute(history.definition(f"functions/{name}", revision))
 
 
 def downgrade() -> None:

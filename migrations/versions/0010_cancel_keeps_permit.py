@@ -6,8 +6,7 @@ Revises: 0009
 """
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0010"
 down_revision = "0009"
@@ -16,7 +15,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(_sql.definition("functions/cancel"))
+    op.execute(history.definition("functions/cancel", revision))
 
 
 def downgrade() -> None:

@@ -8,8 +8,7 @@ Revises: 0012
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0013"
 down_revision = "0012"
@@ -28,7 +27,7 @@ def upgrade() -> None:
         "functions/claim_limited",
         "views/groups",
     ):
-        op.execute(_sql.definition(name))
+        op.execute(history.definition(name, revision))
     op.execute(Path(__file__).with_name("0013_queue_stats.sql").read_text())
 
 

@@ -6,8 +6,7 @@ Revises: 0013
 """
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0014"
 down_revision = "0013"
@@ -34,9 +33,9 @@ DROP FUNCTION IF EXISTS pgqueue.cancel(bigint, boolean);
 
 def upgrade() -> None:
     op.execute(SCHEMA)
-    op.execute(_sql.definition("functions/cancel"))
-    op.execute(_sql.definition("functions/emit_event"))
-    op.execute(_sql.definition("views/running"))
+    op.execute(history.definition("functions/cancel", revision))
+    op.execute(history.definition("functions/emit_event", revision))
+    op.execute(history.definition("views/running", revision))
 
 
 def downgrade() -> None:

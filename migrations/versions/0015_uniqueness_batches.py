@@ -8,9 +8,7 @@ Revises: 0014
 from pathlib import Path
 
 from alembic import op
-from pgqueue.migrations import online
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history, online
 
 revision = "0015"
 down_revision = "0014"
@@ -20,7 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     for name in ("enqueue_unique", "batch_settle", "batch_note", "batch_flush"):
-        op.execute(_sql.definition(f"functions/{name}"))
+        op.execute(history.definition(f"functions/{name}", revision))
     # Without holding runs for a scan (pgqueue.migrations.online): the columns come with
     # their CHECKs NOT VALID, validated after the commit; the indexes are built
     # CONCURRENTLY.

@@ -10,9 +10,7 @@ Revises: 0015
 from pathlib import Path
 
 from alembic import op
-from pgqueue.migrations import online
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history, online
 
 revision = "0016"
 down_revision = "0015"
@@ -35,7 +33,7 @@ def upgrade() -> None:
         "views/batches",
         "functions/enqueue_unique",  # replace of a holder that is not waiting: a skip
     ):
-        op.execute(_sql.definition(name))
+        op.execute(history.definition(name, revision))
 
 
 def downgrade() -> None:

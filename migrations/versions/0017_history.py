@@ -10,8 +10,7 @@ Revises: 0016
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0017"
 down_revision = "0016"
@@ -22,7 +21,7 @@ depends_on = None
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     for name in ("functions/tally_upto", "views/finished_buckets"):
-        op.execute(_sql.definition(name))
+        op.execute(history.definition(name, revision))
     # queue_stats as this revision left it (the current one reads tables of 0020)
     op.execute(Path(__file__).with_name("0017_queue_stats.sql").read_text())
 

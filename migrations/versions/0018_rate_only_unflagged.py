@@ -8,8 +8,7 @@ Revises: 0017
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0018"
 down_revision = "0017"
@@ -24,7 +23,7 @@ def upgrade() -> None:
         "functions/enqueue_unique",
         "functions/queue_limits_changed",
     ):
-        op.execute(_sql.definition(name))
+        op.execute(history.definition(name, revision))
 
 
 def downgrade() -> None:

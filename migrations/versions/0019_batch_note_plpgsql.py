@@ -8,8 +8,7 @@ Revises: 0018
 """
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0019"
 down_revision = "0018"
@@ -18,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(_sql.definition("functions/batch_note"))
+    op.execute(history.definition("functions/batch_note", revision))
 
 
 def downgrade() -> None:

@@ -10,8 +10,7 @@ Revises: 0019
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0020"
 down_revision = "0019"
@@ -20,9 +19,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(_sql.definition("functions/latency_bin"))
+    op.execute(history.definition("functions/latency_bin", revision))
     op.execute(Path(__file__).with_suffix(".sql").read_text())
-    op.execute(_sql.definition("views/queue_stats"))
+    op.execute(history.definition("views/queue_stats", revision))
 
 
 def downgrade() -> None:

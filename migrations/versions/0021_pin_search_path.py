@@ -7,11 +7,8 @@ Revision ID: 0021
 Revises: 0020
 """
 
-from importlib import resources
-
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0021"
 down_revision = "0020"
@@ -20,9 +17,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    files = resources.files("pgqueue.sql").joinpath("functions").iterdir()
-    for name in sorted(f.name.removesuffix(".sql") for f in files if f.name.endswith(".sql")):
-        op.execute(_sql.definition(f"functions/{name}"))
+    for name in history.functions(revision):
+        op.execute(history.definition(f"functions/{name}", revision))
 
 
 def downgrade() -> None:

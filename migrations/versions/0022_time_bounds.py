@@ -20,9 +20,7 @@ Revises: 0021
 from pathlib import Path
 
 from alembic import op
-from pgqueue.migrations import online
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history, online
 
 revision = "0022"
 down_revision = "0021"
@@ -32,10 +30,10 @@ depends_on = None
 
 def upgrade() -> None:
     for name in ("check_due", "check_size", "nfc"):
-        op.execute(_sql.definition(f"functions/{name}"))
+        op.execute(history.definition(f"functions/{name}", revision))
     for name in ("enqueue", "enqueue_unique", "emit_event"):
-        op.execute(_sql.definition(f"functions/{name}"))
-    op.execute(_sql.definition("views/queue_stats"))
+        op.execute(history.definition(f"functions/{name}", revision))
+    op.execute(history.definition("views/queue_stats", revision))
     # last: from its ALTER TABLEs to the commit, runs and events are locked
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     online.validate("pgqueue.runs", "runs_run_at_range")

@@ -7,8 +7,7 @@ Revises: 0022
 """
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0023"
 down_revision = "0022"
@@ -17,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(_sql.definition("functions/retry"))
+    op.execute(history.definition("functions/retry", revision))
 
 
 def downgrade() -> None:

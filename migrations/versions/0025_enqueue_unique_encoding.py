@@ -8,8 +8,7 @@ Revises: 0024
 """
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0025"
 down_revision = "0024"
@@ -18,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(_sql.definition("functions/enqueue_unique"))
+    op.execute(history.definition("functions/enqueue_unique", revision))
 
 
 def downgrade() -> None:

@@ -40,8 +40,8 @@ def asgi(
     arrived at (for a loopback address, 127.0.0.1, localhost and [::1] with its port);
     any other Host is answered 400 (DNS rebinding). `read_only`: every action answers
     403."""
-    from pgqueue.dashboard.asgi import make_app
     from pgqueue.dashboard.hosts import Hosts
+    from pgqueue.dashboard.starlette_app import make_app
 
     hosts = Hosts.parse(allowed_hosts)
     if not token and not upstream_auth:

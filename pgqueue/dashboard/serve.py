@@ -148,8 +148,8 @@ def run(
         raise UserError(
             "the dashboard needs its extra: pip install 'pgqueue-jobs[dashboard]'"
         ) from None
-    from pgqueue.dashboard.asgi import make_app
     from pgqueue.dashboard.core import Dashboard
+    from pgqueue.dashboard.starlette_app import make_app
 
     # Bound before anything is printed: a port in use is one line (UserError), not a URL
     # followed by uvicorn's own error.

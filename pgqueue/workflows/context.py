@@ -235,12 +235,14 @@ class Context:
 
     def sleep(self, name: str, seconds: float | timedelta) -> None:
         """Sleep durably: the worker is freed and the run resumes after `seconds`."""
+        spec = sleep_spec(seconds)  # checked before anything is named or stored
         durable = self._sync_durable()
-        durable.sleep_until(durable.unique_name(name), sleep_spec(seconds))
+        durable.sleep_until(durable.unique_name(name), spec)
 
     def sleep_until(self, name: str, when: datetime) -> None:
+        spec = sleep_until_spec(when)  # checked before anything is named or stored
         durable = self._sync_durable()
-        durable.sleep_until(durable.unique_name(name), sleep_until_spec(when))
+        durable.sleep_until(durable.unique_name(name), spec)
 
     def wait_for_event(
         self, name: str, *, event: str, key: str | None = None, timeout: float | None = None

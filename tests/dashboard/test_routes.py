@@ -754,3 +754,13 @@ def test_batches_list_page_and_members(web: TestClient, conn: psycopg.Connection
     assert web.get("/api/batches/99999").status_code == 404
     assert web.get(f"/api/batches/{batch}?cursor=zz").status_code == 400
     assert web.get("/api/batches?cursor=zz").status_code == 400
+
+
+def test_the_package_asgi_can_be_called_again(dsn: str) -> None:
+    """pgqueue.dashboard.asgi() imports its Starlette module lazily; a module of the same
+    name replaced the package's function after the first call."""
+    import pgqueue.dashboard
+
+    pgqueue.dashboard.asgi(dsn, upstream_auth=True)
+    assert callable(pgqueue.dashboard.asgi)
+    pgqueue.dashboard.asgi(dsn, upstream_auth=True)

@@ -402,3 +402,22 @@ def test_the_sql_for_dbas_builds_the_schema_that_migrate_builds(
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert built == renderings(conn)
         assert offline_indexes == conn.execute(indexes).fetchall()
+
+
+@pytest.mark.parametrize("revision", ["0022", "0025", "0027"])
+def test_a_database_between_revisions_enqueues_from_sql(
+    server_params: dict[str, Any], revision: str
+) -> None:
+    """A revision installs the functions its schema can run (migrations/history.py):
+    pgqueue.enqueue() and enqueue_unique() as head has them write the columns of 0028,
+    which a database at an earlier revision (or between two while migrate runs) lacks."""
+    with database_at(server_params, revision) as dsn, psycopg.connect(dsn, autocommit=True) as c:
+        # named: revisions before 0028 leave older overloads of enqueue() beside it
+        row = c.execute("SELECT pgqueue.enqueue('t', timeout_seconds => NULL)").fetchone()
+        assert row is not None and row[0] > 0
+        run = '[[2], {}, null, null, "t", "default", 0, 3, null, null, null, null, "k", "queued"]'
+        c.execute(
+            "SELECT * FROM pgqueue.enqueue_unique(jsonb_build_array(%s::jsonb), NULL, NULL, true)",
+            (run,),
+        )
+        assert c.execute("SELECT count(*) FROM pgqueue.runs").fetchone() == (2,)
