@@ -12,6 +12,8 @@ enqueue waits for, and the exclusive locks are held for a moment, not for a scan
   CHECK validated first, which PostgreSQL then takes as proof.
 - create_index(): CREATE INDEX CONCURRENTLY (SHARE UPDATE EXCLUSIVE), after dropping an
   invalid leftover of an interrupted build.
+- drop_index(): DROP INDEX CONCURRENTLY: it waits for the transactions that use the index,
+  and none waits for it.
 
 Each step is safe to run again: a revision whose lock wait timed out is tried again from
 its start (pgqueue.db.migrate.upgrade) after some of its steps have committed. The steps
@@ -22,12 +24,15 @@ ddl_lock_timeout. In offline mode (`pgqueue migrate --sql`) each is one plain st
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import sqlalchemy
 from alembic import op
 
 from pgqueue.db.migrate import DDL_LOCK_TIMEOUT
 
-__all__ = ["backfill", "create_index", "set_not_null", "validate"]
+__all__ = ["backfill", "create_index", "drop_index", "set_not_null", "validate"]
 
 BATCH = 10_000
 
@@ -81,21 +86,46 @@ def create_index(name: str, definition: str, *, unique: bool = False) -> None:
     context = op.get_context()
     kind = "UNIQUE INDEX" if unique else "INDEX"
     statement = f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {name} {definition}"
-    if context.as_sql:
-        with context.autocommit_block():
+    with context.autocommit_block():
+        if context.as_sql:
             op.execute(statement)
-        return
+            return
+        invalid = (
+            op.get_bind()
+            .execute(
+                sqlalchemy.text(
+                    "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"
+                ),
+                {"name": f"pgqueue.{name}"},
+            )
+            .scalar()
+        )
+        with _no_lock_timeout():
+            if invalid:
+                op.execute(f"DROP INDEX CONCURRENTLY pgqueue.{name}")
+            op.execute(statement)
+
+
+def drop_index(name: str) -> None:
+    """DROP INDEX CONCURRENTLY IF EXISTS pgqueue.`name`."""
+    context = op.get_context()
+    statement = f"DROP INDEX CONCURRENTLY IF EXISTS pgqueue.{name}"
+    with context.autocommit_block():
+        if context.as_sql:
+            op.execute(statement)
+            return
+        with _no_lock_timeout():
+            op.execute(statement)
+
+
+@contextlib.contextmanager
+def _no_lock_timeout() -> Iterator[None]:
+    """The statements inside wait for their locks as long as they need (outside the
+    revision's transaction, nothing a worker needs queues behind them); then the
+    revision's ddl_lock_timeout again."""
+    context = op.get_context()
     config = context.config.attributes if context.config is not None else {}
     ddl_lock_timeout = float(config.get("ddl_lock_timeout", DDL_LOCK_TIMEOUT))
-    with context.autocommit_block():
-        invalid = op.get_bind().execute(
-            sqlalchemy.text(
-                "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"
-            ),
-            {"name": f"pgqueue.{name}"},
-        )
-        op.execute("SET lock_timeout = 0")
-        if invalid.scalar():
-            op.execute(f"DROP INDEX CONCURRENTLY pgqueue.{name}")
-        op.execute(statement)
-        op.execute(f"SET lock_timeout = '{max(1, round(ddl_lock_timeout * 1000))}ms'")
+    op.execute("SET lock_timeout = 0")
+    yield
+    op.execute(f"SET lock_timeout = '{max(1, round(ddl_lock_timeout * 1000))}ms'")

@@ -20,6 +20,7 @@ from pgqueue.errors import RunNotFound, UserError
 from pgqueue.ops import audit as _audit
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import operator as _operator
+from pgqueue.ops import search_indexes
 from pgqueue.schedules import schedule as _schedules
 from pgqueue.states import FINISHED_STATES, LIVE_STATES, STATES, RunState
 from pgqueue.tasks import registry as _registry
@@ -106,13 +107,16 @@ def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(text).format(**{k: _literals(v) for k, v in states.items()})
 
 
-def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bool]:
+def runs_query(
+    filt: RunFilter, flagged: bool = False, task_index: bool = False
+) -> tuple[sql.Composed, bool]:
     """The statement of a page of runs matching `filt`, and whether it pages by finish
-    time (finished states) rather than by id. A state with a queue or a task reads an
-    index keyed by them, so that every run it reads matches those: the page is exact at
-    any depth; so does a group's unfinished runs in a queue whose runs are `flagged`
-    limited. Other filters (a group elsewhere, q, arg, no state) apply to the runs read,
-    at most SCAN a page."""
+    time (finished states) rather than by id. A state with a queue, or a finished state
+    with a task, reads an index keyed by them, so that every run it reads matches those:
+    the page is exact at any depth; so does a group's unfinished runs in a queue whose
+    runs are `flagged` limited, and an unfinished state with a task when runs_live_task_idx
+    exists (`task_index`: `pgqueue runs search-index --by task`). Other filters (a group
+    elsewhere, q, arg, no state) apply to the runs read, at most SCAN a page."""
     state = filt.state
     if state in FINISHED_STATES:
         if filt.task is not None:
@@ -128,7 +132,7 @@ def runs_query(filt: RunFilter, flagged: bool = False) -> tuple[sql.Composed, bo
         return states_query("dashboard_runs_queued_group"), False
     if state in LIVE_STATES and grouped:
         return states_query("dashboard_runs_live_group", window=LIVE_STATES), False
-    if state is not None and filt.task is not None:  # an unfinished state: task, then state
+    if state is not None and filt.task is not None and task_index:  # unfinished: task, state
         name = "dashboard_runs_live_task"
         return states_query(name, window=LIVE_STATES, states=(state,)), False
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
@@ -214,10 +218,11 @@ def list_runs(
         row = conn.execute(_sql.query("dashboard_queue_flagged"), {"queue": filt.queue})
         found = row.fetchone()
         flagged = bool(found and found[0])
-    query, by_finish = runs_query(filt, flagged)
+    task_index = filt.task is not None and search_indexes.ready(conn, "task")
+    query, by_finish = runs_query(filt, flagged, task_index)
     # an argument filter with runs_args_idx: the index's matches, every one on the page;
     # a custom plan each time, so the planner weighs how many runs match
-    indexed_arg = filt.arg is not None and args_index_ready(conn)
+    indexed_arg = filt.arg is not None and search_indexes.ready(conn, "arguments")
     if indexed_arg:
         query, by_finish = states_query("dashboard_runs_by_arg", states=STATES), False
     before_at, before_id = parse_cursor(cursor, by_finish)
@@ -253,13 +258,6 @@ def list_runs(
         "scanned": first["scanned"],
         "filter": filt.to_json(),
     }
-
-
-def args_index_ready(conn: psycopg.Connection[Any]) -> bool:
-    """Whether runs_args_idx (`pgqueue runs search-index`) exists and is usable: the
-    argument filter is then exact at any depth, else bounded (SCAN runs a page)."""
-    row = conn.execute(_sql.query("args_index_ready")).fetchone()
-    return bool(row and row[0])
 
 
 def make_cursor(at: datetime | None, run_id: int) -> str:
@@ -490,9 +488,9 @@ EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an 
 def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
     """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
-    (a state, with a queue or a task: runs_live_task_idx, runs_finished_task_idx);
-    otherwise the planner's estimate, labelled as one. None for a text search (`q`), an
-    argument or an error class, which no index answers."""
+    (a state with a queue; a finished state with a task, or an unfinished one when
+    runs_live_task_idx is built); otherwise the planner's estimate, labelled as one.
+    None for a text search (`q`), an argument or an error class, which no index answers."""
     if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
     states = (filt.state,) if filt.state is not None else STATES
@@ -501,7 +499,10 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     plan = row.fetchone()
     assert plan is not None
     estimate = int(plan[0][0]["Plan"]["Plan Rows"])
+    # an unfinished state with a task is keyed by them only in runs_live_task_idx
+    unkeyed = filt.state in LIVE_STATES and filt.task is not None
     indexed = filt.state is not None and filt.group is None
+    indexed = indexed and (not unkeyed or search_indexes.ready(conn, "task"))
     if indexed and estimate <= EXACT_UP_TO:
         counted = conn.execute(
             states_query("dashboard_count", states=states),

@@ -17,6 +17,8 @@ pytest.importorskip("starlette")
 from fastapi.testclient import TestClient
 
 from pgqueue.dashboard import asgi, data
+from pgqueue.db import sql as _sql
+from pgqueue.ops import search_indexes
 from tests.cli.helpers import assert_user_error, cli
 from tests.dashboard.test_data import FILTERS, START, assert_reads, plan_nodes, rows_read
 
@@ -32,7 +34,8 @@ def deep(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     """30,000 queued runs of 'bulk' and, older than all of them, 300 of 'rare'; 60,000
     finished runs of task 'common' and, finished before all of them, 300 of 'old' (a
     third failed) in queue 'q', the others in four queues; 5,000 scheduled runs of 'later'
-    and 50 of 'few'."""
+    and 50 of 'few'. With runs_live_task_idx (`pgqueue runs search-index --by task`)."""
+    conn.execute(_sql.query("task_index_create"))
     conn.execute("""
         INSERT INTO pgqueue.runs (task, queue, priority)
         SELECT 'r', 'rare', i % 3 FROM generate_series(1, 300) i;
@@ -119,15 +122,15 @@ def test_filtered_lists_read_their_index(deep: psycopg.Connection[Any]) -> None:
         (data.RunFilter(state="scheduled", queue="later", task="once"), "runs_live_task_idx"),
     ]
     for filt, index in cases:
-        query, _ = data.runs_query(filt)
+        query, _ = data.runs_query(filt, task_index=True)
         assert_reads(conn, query, {**page, **filt.params()}, index)
     # the rare queue's 300 runs, behind 30,000 of another: read as 300 index entries
     query, _ = data.runs_query(data.RunFilter(state="queued", queue="rare"))
     read = rows_read(conn, query, {**page, "queue": "rare"})
     assert read["runs_claim_idx"] <= 300 + 10, read
     # one task's 300 queued runs, behind 30,000 of another task: 300 entries of
-    # runs_live_task_idx (migration 0026)
-    query, _ = data.runs_query(data.RunFilter(state="queued", task="r"))
+    # runs_live_task_idx
+    query, _ = data.runs_query(data.RunFilter(state="queued", task="r"), task_index=True)
     read = rows_read(conn, query, {**page, "task": "r"})
     assert read["runs_live_task_idx"] <= 300 + 10, read
 
@@ -138,7 +141,7 @@ def test_counts_are_exact_when_small_and_estimates_otherwise(
     small = web.get("/api/runs/count?state=queued&queue=rare").json()
     assert small == {"count": 300, "exact": True}
     by_task = web.get("/api/runs/count?state=queued&task=r").json()
-    assert by_task == {"count": 300, "exact": True}  # runs_live_task_idx (migration 0026)
+    assert by_task == {"count": 300, "exact": True}  # runs_live_task_idx
     query = data.states_query("dashboard_count", states=("queued",))
     params = {"queue": None, "task": "r", "group": None, "cap": data.EXACT_UP_TO + 1}
     assert_reads(deep, query, params, "runs_live_task_idx")
@@ -190,7 +193,7 @@ def test_search_by_argument_values(
     """The same matches whether the filter reads runs_args_idx or a bounded scan."""
     if indexed:
         assert "ready" in search_index(dsn, capsys)
-        assert data.args_index_ready(conn)
+        assert search_indexes.ready(conn, "arguments")
     conn.execute(
         "INSERT INTO pgqueue.runs (task, args, kwargs) VALUES "
         '(\'pay\', \'[7, "eur"]\', \'{"user_id": 42, "plan": "pro"}\'), '
@@ -347,7 +350,7 @@ def test_an_indexed_argument_filter_is_full_at_any_depth(
     assert "runs_args_idx" in read, nodes
     assert not [n for n in nodes if n.get("Node Type") == "Seq Scan"]
     assert "dropped" in search_index(dsn, capsys, "--drop")
-    assert not data.args_index_ready(conn)
+    assert not search_indexes.ready(conn, "arguments")
     assert web.get(f"/api/runs?{query}&limit=100").json()["runs"] == []
 
 
@@ -356,3 +359,27 @@ def test_search_index_needs_a_schema(
 ) -> None:
     conn.execute("DROP SCHEMA pgqueue CASCADE")
     assert_user_error(cli(capsys, "runs", "search-index", "--dsn", dsn), "pgqueue migrate")
+
+
+def test_a_task_list_without_its_index_is_bounded_and_right(
+    web: TestClient, deep: psycopg.Connection[Any], dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without runs_live_task_idx (migration 0032 drops the one 0026 built), one task's
+    unfinished runs are kept from the state's own index, at most SCAN read a page: the
+    pages hold every match once, newest first, and the count is an estimate; `pgqueue
+    runs search-index --by task` makes them exact again."""
+    dropped = search_index(dsn, capsys, "--by", "task", "--drop")
+    assert "dropped pgqueue.runs_live_task_idx" in dropped
+    assert not search_indexes.ready(deep, "task")
+    for query in ("state=queued&task=r", "state=scheduled&queue=later&task=r"):
+        runs = [r for p in all_pages(web, query) for r in p]
+        assert len(runs) == (300 if "queued" in query else 5000)
+        ids = [r["id"] for r in runs]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
+    statement, _ = data.runs_query(data.RunFilter(state="queued", task="r"))
+    read = rows_read(deep, statement, {**FILTERS, **START, "task": "r"})
+    assert "runs_live_task_idx" not in read and read["runs_pkey"] <= data.SCAN + 10, read
+    assert web.get("/api/runs/count?state=queued&task=r").json()["exact"] is False
+    assert "ready" in search_index(dsn, capsys, "--by", "task")
+    assert search_indexes.ready(deep, "task")
+    assert web.get("/api/runs/count?state=queued&task=r").json() == {"count": 300, "exact": True}
