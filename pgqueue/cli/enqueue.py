@@ -40,7 +40,7 @@ from pgqueue.db import sql as _sql
 )
 @click.option(
     "--on-duplicate",
-    type=click.Choice(["skip", "replace"]),
+    type=click.Choice(["skip", "replace", "cancel_running"]),
     help="What an enqueue whose unique key is taken does (default skip).",
 )
 @click.option(

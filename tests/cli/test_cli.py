@@ -329,3 +329,15 @@ def test_enqueue_after_refuses_bad_ids_in_one_line(
     result = cli(capsys, "enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", *options)
     assert_user_error(result, fragment)
     assert app.list_runs() == []
+
+
+def test_enqueue_on_duplicate_cancel_running(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    base = ["enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", "--json"]
+    replace = ["--unique-key", "sync:1", "--on-duplicate", "cancel_running"]
+    first = json.loads(cli(capsys, *base, *replace)[1])["id"]
+    second = json.loads(cli(capsys, *base, *replace)[1])["id"]
+    assert app.get_run(first).cancel_reason == f"replaced by #{second}"
+    assert app.get_run(second).state == "queued"
+    assert_user_error(
+        cli(capsys, *base, *replace, "--unique-while", "queued"), "needs unique_while='active'"
+    )
