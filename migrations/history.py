@@ -15,8 +15,12 @@ from pathlib import Path
 from pgqueue.db import sql as _sql
 
 VERSIONS = Path(__file__).parent / "versions"
-# functions/NAME -> the revision that changed its text to need that revision's schema
-CHANGED_BY = {"functions/enqueue": "0028", "functions/enqueue_unique": "0028"}
+# functions/NAME -> the revisions that changed its text (to need that revision's schema,
+# or to behave differently), oldest first; the text before each is pre<REVISION>_<NAME>.sql
+CHANGED_BY: dict[str, tuple[str, ...]] = {
+    "functions/enqueue": ("0028",),
+    "functions/enqueue_unique": ("0028", "0030"),
+}
 # functions/NAME -> the revision that added it: a revision before it that installs every
 # function of sql/ (0021) leaves it out
 ADDED_BY = {
@@ -37,9 +41,9 @@ def functions(revision: str) -> list[str]:
 
 def definition(path: str, revision: str) -> str:
     """The definition `path` ("functions/NAME") for revision `revision`: its text before
-    the revision that changed it last, if `revision` comes before that one."""
-    changed = CHANGED_BY.get(path)
-    if changed is not None and revision < changed:
-        name = path.partition("/")[2]
-        return (VERSIONS / f"pre{changed}_{name}.sql").read_text()
+    the first revision after `revision` that changed it, if there is one."""
+    for changed in CHANGED_BY.get(path, ()):
+        if revision < changed:
+            name = path.partition("/")[2]
+            return (VERSIONS / f"pre{changed}_{name}.sql").read_text()
     return _sql.definition(path)

@@ -262,9 +262,9 @@ def eager(app: App, *, propagate: bool = True, enqueue_others: bool = False) -> 
     Idempotency keys and uniqueness scopes apply as the database would apply them to
     runs that are terminal as soon as they are enqueued: an enqueue whose key an earlier
     eager run holds returns that run's handle (`created` False) and runs nothing. Under
-    unique_while "queued" or "active" (and so debounce, and on_duplicate="replace") an
-    inline run never holds its key, so every enqueue runs; under "retained" it holds it
-    for the rest of the block, or for `unique_for` seconds.
+    unique_while "queued" or "active" (and so debounce, on_duplicate="replace" and
+    "cancel_running") an inline run never holds its key, so every enqueue runs; under
+    "retained" it holds it for the rest of the block, or for `unique_for` seconds.
 
     `propagate=True` re-raises a task's exception from enqueue (the run is recorded
     `failed` either way). Delays and run_at are ignored; there are no retries; a run's

@@ -20,9 +20,7 @@ Revises: 0027
 from pathlib import Path
 
 from alembic import op
-from pgqueue.migrations import online
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history, online
 
 revision = "0028"
 down_revision = "0027"
@@ -52,7 +50,7 @@ def upgrade() -> None:
         "enqueue",
         "enqueue_unique",
     ):
-        op.execute(_sql.definition(f"functions/{name}"))
+        op.execute(history.definition(f"functions/{name}", revision))
     op.execute(Path(__file__).with_suffix(".sql").read_text())
     online.validate("pgqueue.runs", "runs_on_dependency_failure_check")
     # Built CONCURRENTLY, outside the revision's transaction: claims and enqueues go on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import click
 
@@ -37,6 +38,24 @@ from pgqueue.db import sql as _sql
 @click.option(
     "--unique-for", type=click.FloatRange(0, min_open=True), help="Scope window, in seconds."
 )
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["skip", "replace", "cancel_running"]),
+    help="What an enqueue whose unique key is taken does (default skip).",
+)
+@click.option(
+    "--after",
+    "after",
+    type=click.IntRange(1),
+    multiple=True,
+    metavar="ID",
+    help="Start only after run ID has finished (repeatable).",
+)
+@click.option(
+    "--on-dependency-failure",
+    type=click.Choice(["cancel", "run"]),
+    help="If a run of --after fails or is canceled: cancel this one (default) or run it.",
+)
 @click.option("--app", "app_spec", help="MODULE:ATTR: check TASK and its arguments against it.")
 @json_option
 def enqueue(
@@ -53,10 +72,16 @@ def enqueue(
     unique_key: str | None,
     unique_while: str | None,
     unique_for: float | None,
+    on_duplicate: str | None,
+    after: tuple[int, ...],
+    on_dependency_failure: Literal["cancel", "run"] | None,
     app_spec: str | None,
     as_json: bool,
 ) -> None:
-    """Enqueue a run of TASK (by its registered name)."""
+    """Enqueue a run of TASK (by its registered name).
+
+    A run given --after waits (state `waiting`) until every run it names has
+    finished; an id that names no run is refused."""
     args = parse_json("--args", args_json, list)
     kwargs = parse_json("--kwargs", kwargs_json, dict)
     app = open_app(dsn, embedded, app_spec)
@@ -84,6 +109,9 @@ def enqueue(
         unique_key=unique_key,
         unique_while=unique_while,
         unique_for=unique_for,
+        on_duplicate=on_duplicate,
+        after=after or None,
+        on_dependency_failure=on_dependency_failure,
     )
     if as_json:
         echo_json({"id": handle.id, "created": handle.created})

@@ -46,6 +46,7 @@ FIELDS = (
     "replace",
     "after",
     "on_dependency_failure",
+    "cancel_running",
 )
 
 
@@ -61,7 +62,8 @@ def encode(row: RunRow) -> str:
         f"{'null' if r.run_at is None else _str(r.run_at.isoformat())},"
         f"{_seconds(r.delay)},{'null' if r.parent_id is None else int(r.parent_id)},"
         f"{_text(r.unique_key)},{_text(r.unique_while)},{_seconds(r.unique_for)},"
-        f"{'true' if r.replace else 'false'},{_ids(r.after)},{_text(r.on_dependency_failure)}]"
+        f"{'true' if r.replace else 'false'},{_ids(r.after)},{_text(r.on_dependency_failure)},"
+        f"{'true' if r.cancel_running else 'false'}]"
     )
 
 

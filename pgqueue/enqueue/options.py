@@ -122,6 +122,8 @@ class RunRow:
     # the run ids it waits for, sorted, each once (None: none), and what a failed one does
     after: tuple[int, ...] | None = None
     on_dependency_failure: str | None = None
+    # on_duplicate="cancel_running": the unfinished run holding the key is canceled
+    cancel_running: bool = False
 
 
 class RunBatch(Sequence[RunRow]):
@@ -305,6 +307,11 @@ def build_row(
         )
     if uniq is not None and uniq.delay is not None:
         delay = uniq.delay
+    if uniq is not None and uniq.cancel_running and idempotency_key is not None:
+        raise InvalidArguments(
+            "on_duplicate='cancel_running' always creates a run, which an idempotency_key "
+            "would not: leave one of them out"
+        )
     after, on_failure = None, None
     if opts.after is None and opts.on_dependency_failure is not None:
         raise InvalidArguments("on_dependency_failure needs after= (the runs it applies to)")
@@ -343,4 +350,5 @@ def build_row(
         replace=False if uniq is None else uniq.replace,
         after=after,
         on_dependency_failure=on_failure,
+        cancel_running=False if uniq is None else uniq.cancel_running,
     )

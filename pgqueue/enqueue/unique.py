@@ -14,7 +14,7 @@ from pgqueue.enqueue.checks import check_key, check_seconds
 from pgqueue.errors import InvalidArguments
 
 SCOPES = ("queued", "active", "retained")
-ON_DUPLICATE = ("skip", "replace")
+ON_DUPLICATE = ("skip", "replace", "cancel_running")
 
 KeyFn = Callable[..., str | None]
 
@@ -23,13 +23,15 @@ KeyFn = Callable[..., str | None]
 class Uniqueness:
     """What the options say, checked: `key` is a str, or a function of the run's
     arguments (enqueue_many's per-item keys); `delay` is the debounce's (the due time is
-    pushed to now + that many seconds at every enqueue)."""
+    pushed to now + that many seconds at every enqueue); `cancel_running`: the new run
+    replaces the unfinished one holding the key, which is canceled."""
 
     key: str | KeyFn
     scope: str
     window: float | None
     replace: bool
     delay: float | None
+    cancel_running: bool = False
 
     def key_for(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
         key = self.key(*args, **kwargs) if callable(self.key) else self.key
@@ -86,6 +88,9 @@ def from_options(
                 "debounce= sets the due time (now + debounce): leave delay= and run_at= out"
             )
         scope, on_duplicate = "queued", "replace"
+    if on_duplicate == "cancel_running":
+        _check_cancel_running(scope, window)
+        scope = "active"
     scope = "queued" if scope is None else scope
     if scope not in SCOPES:
         raise InvalidArguments(
@@ -93,7 +98,9 @@ def from_options(
         )
     on_duplicate = "skip" if on_duplicate is None else on_duplicate
     if on_duplicate not in ON_DUPLICATE:
-        raise InvalidArguments(f"on_duplicate must be 'skip' or 'replace', not {on_duplicate!r}")
+        raise InvalidArguments(
+            f"on_duplicate must be 'skip', 'replace' or 'cancel_running', not {on_duplicate!r}"
+        )
     if on_duplicate == "replace" and scope != "queued":
         raise InvalidArguments(
             f"on_duplicate='replace' needs unique_while='queued' (only a run that has not "
@@ -105,4 +112,20 @@ def from_options(
         window=None if window is None else check_seconds("unique_for", window, zero=False),
         replace=on_duplicate == "replace",
         delay=pushed,
+        cancel_running=on_duplicate == "cancel_running",
     )
+
+
+def _check_cancel_running(scope: str | None, window: float | timedelta | None) -> None:
+    """on_duplicate='cancel_running' replaces the unfinished run: its scope is 'active'
+    (a finished run is not replaced, and one that is waiting or running is)."""
+    if scope not in (None, "active"):
+        raise InvalidArguments(
+            f"on_duplicate='cancel_running' needs unique_while='active' (the default with "
+            f"it: the run it replaces is any that has not finished), not {scope!r}"
+        )
+    if window is not None:
+        raise InvalidArguments(
+            "on_duplicate='cancel_running' replaces whichever run has not finished: "
+            "leave unique_for= out"
+        )

@@ -3,7 +3,7 @@
 -- field encoding.FIELDS[i]: args, kwargs, group_key, idempotency_key, task, queue,
 -- priority, max_attempts, timeout_seconds, run_at, delay, parent_id, unique_key,
 -- unique_while, unique_for (seconds or null), replace (boolean), after (an array of run
--- ids or null), on_dependency_failure), read at the positions
+-- ids or null), on_dependency_failure, cancel_running (boolean)), read at the positions
 -- sql/parts/enqueue_run_fields.sql reads (tests/enqueue/test_encoding.py checks both).
 -- A run given as an object with those keys (the input before revision 0025) is read too.
 -- Returns one row per element: its position, the run's id, and whether it was created.
@@ -17,6 +17,12 @@
 --   - with `replace`, the holder (locked), if still waiting for its first start, takes
 --     the new arguments and due time (a holder that is not waiting, held in a scope of
 --     its own, is left as it is: a skip);
+--   - with `cancel_running` (scope 'active' only), the holder (locked) is canceled, its
+--     child runs too, with the reason "replaced by #<the new run's id>" (the id is taken
+--     from the sequence before the insert, so the reason and the dependents of the holder
+--     name it); it leaves the scope, and the insert is tried again: the newest enqueue
+--     always creates its run. A running holder's worker is told by pgqueue.cancel()'s
+--     NOTIFY and sets ctx.cancelled (a cooperative stop);
 --   - otherwise the holder's id is the answer, created = false.
 -- A holder that left the scope between the insert and the lookup (it started, or
 -- finished) means the insert is tried again.
@@ -40,6 +46,8 @@ DECLARE
     scope text;
     window_seconds double precision;
     tries integer;
+    cancel_running boolean;
+    reserved bigint;
 BEGIN
     FOR e, i IN SELECT x.e, x.n FROM jsonb_array_elements(runs) WITH ORDINALITY AS x (e, n)
     LOOP
@@ -49,7 +57,8 @@ BEGIN
                                    e -> 'priority', e -> 'max_attempts', e -> 'timeout_seconds',
                                    e -> 'run_at', e -> 'delay', e -> 'parent_id',
                                    e -> 'unique_key', e -> 'unique_while', e -> 'unique_for',
-                                   e -> 'replace', e -> 'after', e -> 'on_dependency_failure');
+                                   e -> 'replace', e -> 'after', e -> 'on_dependency_failure',
+                                   e -> 'cancel_running');
         END IF;
         due := coalesce((e ->> 9)::timestamptz,
                         now() + coalesce((e ->> 10)::double precision, 0)
@@ -61,6 +70,13 @@ BEGIN
         idem := pgqueue.nfc(e ->> 3);
         scope := e ->> 13;
         window_seconds := (e ->> 14)::double precision;
+        cancel_running := coalesce((e ->> 18)::boolean, false);
+        IF cancel_running AND (scope IS DISTINCT FROM 'active' OR window_seconds IS NOT NULL
+                               OR idem IS NOT NULL) THEN
+            RAISE EXCEPTION 'pgqueue: cancel_running needs unique_while ''active'', without unique_for or an idempotency key'
+                  USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        reserved := NULL;
         tries := 0;
         LOOP
             tries := tries + 1;
@@ -73,7 +89,8 @@ BEGIN
                                            max_attempts, timeout_seconds, group_key,
                                            idempotency_key, run_at, parent_id, limited,
                                            headers, unique_key, unique_while, batch_id,
-                                           after, on_dependency_failure)
+                                           after, on_dependency_failure, id)
+            OVERRIDING SYSTEM VALUE
             VALUES (e ->> 4, e ->> 5, new_state, (e ->> 6)::smallint,
                     e -> 0, e -> 1, (e ->> 7)::integer,
                     (e ->> 8)::double precision,
@@ -91,7 +108,9 @@ BEGIN
                     -- dependencies: pgqueue.runs_enqueue_after() (the trigger) does the rest
                     CASE WHEN jsonb_typeof(e -> 16) = 'array'
                          THEN ARRAY(SELECT jsonb_array_elements_text(e -> 16)::bigint) END,
-                    e ->> 17)
+                    e ->> 17,
+                    -- the id the reason of a run it replaced names, else the identity's next
+                    coalesce(reserved, nextval('pgqueue.runs_id_seq'::regclass)))
             ON CONFLICT DO NOTHING
             RETURNING r.id, r.state INTO new_id, inserted_state;
             IF new_id IS NOT NULL THEN
@@ -130,6 +149,13 @@ BEGIN
                AND holder_created <= now() - window_seconds * interval '1 second' THEN
                 UPDATE pgqueue.runs SET unique_while = NULL WHERE id = holder_id;
                 CONTINUE;
+            END IF;
+            IF cancel_running THEN
+                IF reserved IS NULL THEN
+                    reserved := nextval('pgqueue.runs_id_seq'::regclass);
+                END IF;
+                PERFORM pgqueue.cancel(holder_id, true, 'replaced by #' || reserved);
+                CONTINUE;  -- the holder left the scope: the insert takes the key
             END IF;
             IF coalesce((e ->> 15)::boolean, false) THEN
                 UPDATE pgqueue.runs r

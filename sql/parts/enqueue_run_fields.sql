@@ -25,4 +25,5 @@ e ->> 13 AS unique_while,
 coalesce((e ->> 15)::boolean, false) AS replace,
 CASE WHEN jsonb_typeof(e -> 16) = 'array'
      THEN ARRAY(SELECT jsonb_array_elements_text(e -> 16)::bigint) END AS after,
-e ->> 17 AS on_dependency_failure
+e ->> 17 AS on_dependency_failure,
+coalesce((e ->> 18)::boolean, false) AS cancel_running

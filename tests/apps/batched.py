@@ -54,14 +54,33 @@ def fan_out(
     return [r if isinstance(r, int) else f"failed:{r.run_id}" for r in results]
 
 
-def hammer(key: str, times: int, scope: str) -> None:
+@app.task(name="flow.replaceable", max_attempts=1)
+def replaceable(n: int) -> int:
+    """Runs until its run is canceled (on_duplicate="cancel_running": a newer enqueue of
+    its key replaced it) or the test releases it (a row tagged "release" in `effects`);
+    records "started", then "saw-cancel" or "done"."""
+    ctx = pgqueue.current()
+    record("started", ctx.run_id)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        while not ctx.cancelled:
+            if conn.execute("SELECT 1 FROM effects WHERE tag = 'release'").fetchone():
+                record("done", ctx.run_id)
+                return n
+            time.sleep(0.02)
+    record("saw-cancel", ctx.run_id)
+    return n
+
+
+def hammer(key: str, times: int, scope: str, on_duplicate: str = "skip") -> None:
     """Enqueue `flow.member` with one unique key `times` times (database: PGQUEUE_DSN),
     once the test releases advisory lock 7, so that every process starts together;
-    prints how many were created and the distinct run ids."""
+    prints how many were created and the distinct run ids. With on_duplicate
+    "cancel_running", the task is `flow.replaceable`."""
     with psycopg.connect(app.dsn, autocommit=True) as gate:
         gate.execute("SELECT pg_advisory_lock_shared(7)")
     created, ids = 0, set()
-    bound = member.options(unique_key=key, unique_while=scope)
+    task = replaceable if on_duplicate == "cancel_running" else member
+    bound = task.options(unique_key=key, unique_while=scope, on_duplicate=on_duplicate)
     for i in range(times):
         h = bound.enqueue(i)
         created += h.created
@@ -71,4 +90,4 @@ def hammer(key: str, times: int, scope: str) -> None:
 
 
 if __name__ == "__main__":
-    hammer(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    hammer(sys.argv[1], int(sys.argv[2]), *sys.argv[3:])

@@ -295,3 +295,49 @@ def test_enqueue_with_a_unique_key(capsys: Any, dsn: str, app: pgqueue.App) -> N
     assert json.loads(first[1])["created"] and not json.loads(again[1])["created"]
     assert json.loads(first[1])["id"] == json.loads(again[1])["id"]
     assert_user_error(cli(capsys, *base, "--unique-for", "5"), "needs a unique_key")
+
+
+def test_enqueue_after_runs_by_id(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    base = ["enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", "--json"]
+    first = app.enqueue_by_name("noop", [1])
+    second = app.enqueue_by_name("noop", [2])
+    code, out, _ = cli(capsys, *base, "--after", str(first.id), "--after", str(second.id))
+    assert code == 0
+    waiting = app.get_run(json.loads(out)["id"])
+    assert waiting.state == "waiting"
+    assert waiting.after == [first.id, second.id] and waiting.on_dependency_failure == "cancel"
+    code, out, _ = cli(capsys, *base, "--after", str(first.id), "--on-dependency-failure", "run")
+    assert code == 0
+    assert app.get_run(json.loads(out)["id"]).on_dependency_failure == "run"
+    app.cancel(first.id)  # "run": the dependent is released, whatever its dependency ended with
+    assert app.get_run(json.loads(out)["id"]).state == "queued"
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (["--after", "987654"], "run 987654 named in after= does not exist"),
+        (["--after", "x"], "'x' is not a valid integer"),
+        (["--after", "0"], "0 is not in the range x>=1"),
+        (["--after", "1", "--on-dependency-failure", "maybe"], "'maybe' is not one of"),
+        (["--on-dependency-failure", "run"], "on_dependency_failure needs after="),
+    ],
+)
+def test_enqueue_after_refuses_bad_ids_in_one_line(
+    capsys: Any, dsn: str, app: pgqueue.App, options: list[str], fragment: str
+) -> None:
+    result = cli(capsys, "enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", *options)
+    assert_user_error(result, fragment)
+    assert app.list_runs() == []
+
+
+def test_enqueue_on_duplicate_cancel_running(capsys: Any, dsn: str, app: pgqueue.App) -> None:
+    base = ["enqueue", "noop", "--dsn", dsn, "--app", "tests.apps.basic:app", "--json"]
+    replace = ["--unique-key", "sync:1", "--on-duplicate", "cancel_running"]
+    first = json.loads(cli(capsys, *base, *replace)[1])["id"]
+    second = json.loads(cli(capsys, *base, *replace)[1])["id"]
+    assert app.get_run(first).cancel_reason == f"replaced by #{second}"
+    assert app.get_run(second).state == "queued"
+    assert_user_error(
+        cli(capsys, *base, *replace, "--unique-while", "queued"), "needs unique_while='active'"
+    )

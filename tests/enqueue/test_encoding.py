@@ -94,6 +94,7 @@ def _distinct_row() -> RunRow:
         replace=True,
         after=(3, 5),
         on_dependency_failure="run",
+        cancel_running=True,
     )
 
 
@@ -176,6 +177,7 @@ def test_the_part_reads_what_the_encoder_wrote(conn: psycopg.Connection[Any]) ->
     read = dict(zip([c.name for c in cur.description or ()], cur.fetchone() or (), strict=True))
     assert read["group_key"] == "" and read["replace"] is False and read["unique_key"] is None
     assert read["after"] is None and read["on_dependency_failure"] is None
+    assert read["cancel_running"] is False
     assert (read["due"] - read["now"]).total_seconds() == 60
 
 
@@ -241,6 +243,7 @@ def test_plain_is_what_the_plain_statement_inserts() -> None:
         replace=False,
         after=None,
         on_dependency_failure=None,
+        cancel_running=False,
     )
     assert encoding.plain(base)
     for name, value in (

@@ -54,6 +54,31 @@ def test_the_holder_of_a_unique_key_is_found_through_runs_unique_key_idx(
     assert_uses(plan_of(conn, lookup, {"key": "wait-7"}), "runs_unique_key_idx")
 
 
+def test_the_running_holder_that_cancel_running_replaces_is_found_through_runs_unique_key_idx(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """on_duplicate="cancel_running" looks its holder up with the same statement: a run in
+    scope 'active' that is running, among 20,000 others that are, is read through the
+    index (the cancel that follows reads the run by its id)."""
+    _history(conn)
+    conn.execute("""
+        INSERT INTO pgqueue.runs (task, queue, state, started_at, attempt, lease_token,
+                                  lease_expires_at, unique_key, unique_while)
+        SELECT 't', 'default', 'running', now(), 1, gen_random_uuid(),
+               now() + interval '30 s', 'run-' || g, 'active'
+        FROM generate_series(1, 20000) g;
+        ANALYZE pgqueue.runs;
+    """)
+    text = _sql.definition("functions/enqueue_unique")
+    found = re.search(
+        r"SELECT r\.id, r\.created_at INTO [^\n]*\n(.*?)FOR NO KEY UPDATE", text, re.S
+    )
+    assert found is not None and "pgqueue.cancel(holder_id" in text
+    lookup = "SELECT r.id, r.created_at\n" + found.group(1).replace("= key", "= %(key)s::text")
+    assert_uses(plan_of(conn, lookup, {"key": "run-7"}), "runs_unique_key_idx")
+    assert conn.execute(lookup, {"key": "run-7"}).fetchall() != []
+
+
 def _batches(conn: psycopg.Connection[Any]) -> None:
     """20,000 settled batches with a slot each, and 10 sealed ones still open."""
     conn.execute("""
