@@ -59,9 +59,9 @@ def limits(row: dict[str, Any]) -> str:
 
 
 def weights_text(weights: dict[str, int], default: int) -> str:
-    """Group weights in short: "weights gold=3 silver=2 (others 1)"."""
+    """Group weights in short: "weights gold=3 silver=2 *=1" (*: every other group)."""
     named = " ".join(f"{g}={w}" for g, w in sorted(weights.items()))
-    return f"weights {named} (others {default})"
+    return f"weights {named} *={default}"
 
 
 def _weight_pair(value: str) -> tuple[str, int]:

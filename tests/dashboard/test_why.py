@@ -133,3 +133,15 @@ def test_positions_in_a_limited_queue_are_within_the_group(
         "group's in order)"
     ]
     assert "1 run of group t1 ahead" in why(web, ids[3])[0]
+
+
+def test_the_overview_shows_group_weights(web: TestClient, conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO pgqueue.queues (name, concurrency, group_weights, default_group_weight)"
+        """ VALUES ('api', 6, '{"gold": 3, "silver": 2}', 1)"""
+    )
+    row = next(q for q in web.get("/api/queues").json()["queues"] if q["queue"] == "api")
+    assert row["limits"] == ["6 at once", "group weights gold 3, silver 2 (others 1)"]
+    assert "group weights gold 3, silver 2 (others 1)" in web.get("/").text
+    page = web.get("/queues/api").text
+    assert "gold 3, silver 2" in page and "group weights (others 1)" in page

@@ -272,3 +272,29 @@ def test_workers_give_an_idle_groups_share_to_the_others(dsn: str, weights: pgqu
     order = start_order(dsn, "weighted_slow")
     assert off_windows(order[:80], {"gold": 3, "silver": 2}, 50) == []
     assert max_overlap(dsn) == 4
+
+
+def test_weights_of_a_queue_not_stored_are_refused(app: pgqueue.App) -> None:
+    with pytest.raises(pgqueue.UserError, match="queue 'nowhere' has no limits stored"):
+        app.set_group_weights("nowhere", {"gold": 3})
+
+
+def test_declared_weights_are_stored_by_a_worker_and_set_at_run_time(
+    dsn: str, weights: pgqueue.App
+) -> None:
+    WorkerProcess(dsn, APP, "--concurrency", "1").wait_ready().stop()
+    assert weights.group_weights("weighted") == {
+        "concurrency": 6,
+        "group_concurrency": None,
+        "group_weights": {"gold": 3, "silver": 2},
+        "default_group_weight": 1,
+    }
+    weights.set_group_weights("weighted", {"bronze": 4}, default_group_weight=2)
+    stored = weights.group_weights("weighted")
+    assert stored and (stored["group_weights"], stored["default_group_weight"]) == (
+        {"bronze": 4},
+        2,
+    )
+    weights.set_group_weights("weighted", None)
+    stored = weights.group_weights("weighted")
+    assert stored and (stored["group_weights"], stored["default_group_weight"]) == ({}, 2)
