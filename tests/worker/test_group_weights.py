@@ -122,6 +122,31 @@ def test_weights_within_priorities_and_group_limits(conn: psycopg.Connection[Any
     assert shares(conn, 5, 2) == {"gold": 6, "silver": 4}
 
 
+def test_weights_with_group_rate_limits_and_ordered_groups(
+    conn: psycopg.Connection[Any],
+) -> None:
+    weighted_queue(conn, {"gold": 3, "silver": 2}, group_concurrency=1)
+    conn.execute(
+        "UPDATE pgqueue.queues SET group_rate_limit = 3, group_rate_period = 60 WHERE name = 'q'"
+    )
+    for g in ("gold", "silver", "bronze"):
+        enqueue(conn, g, 10)
+    # each group 3 starts a minute, 1 at a time: gold's weight cannot take more than that,
+    # and the others take what is left
+    assert shares(conn, 5, 9) == {"gold": 3, "silver": 3, "bronze": 3}
+    assert claim(conn, 9) == []
+    assert scalar_conn(conn, "SELECT rate_open_at > now() FROM pgqueue.queues") is True
+    # ordered: a group whose earliest unfinished run is delayed waits; the others go on
+    conn.execute(
+        "UPDATE pgqueue.queues SET group_rate_limit = NULL, group_rate_period = NULL,"
+        " ordered = true WHERE name = 'q';"
+        " UPDATE pgqueue.runs SET state = 'scheduled', run_at = now() + interval '1 hour'"
+        " WHERE id = (SELECT min(id) FROM pgqueue.runs WHERE group_key = 'gold'"
+        " AND state = 'queued')"
+    )
+    assert claim(conn, 9) == ["bronze", "silver"]
+
+
 def test_a_queue_without_weights_takes_turns_as_before(conn: psycopg.Connection[Any]) -> None:
     conn.execute("INSERT INTO pgqueue.queues (name, concurrency) VALUES ('q', 100)")
     for g in ("gold", "silver", "bronze"):
