@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,6 +10,9 @@ from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, recorded, table
 from pgqueue.ops.bulk import DEFAULT_BATCH, purge_filter
 from pgqueue.tasks.rates import KEEP, Keep
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
 
 # The table fits a terminal of 120 columns; --json has every field by its own name.
 QUEUE_COLUMNS = [
@@ -208,6 +211,17 @@ def queues_set(
         if group_concurrency is None
         else (group_concurrency or None)
     )
+    weights: dict[str, int] | None = None
+    if weighing:
+        stored = app.group_weights(queue) or {"group_weights": {}}
+        weights = {} if no_group_weights else dict(stored["group_weights"])
+        for group in clear_group_weight:
+            weights.pop(group, None)
+        weights.update(pairs)
+    # Weights removed go first (the limits they shared may go with them); weights set go
+    # last (they need the limits they share).
+    if weights == {}:
+        _set_weights(app, queue, weights, default_group_weight)
     app.set_limits(
         queue,
         concurrency=new_c,
@@ -216,17 +230,8 @@ def queues_set(
         group_rate_limit=_rate_option(group_rate_limit),
         ordered=KEEP if ordered is None else ordered,
     )
-    if weighing:
-        stored = app.group_weights(queue) or {"group_weights": {}}
-        weights = {} if no_group_weights else dict(stored["group_weights"])
-        for group in clear_group_weight:
-            weights.pop(group, None)
-        weights.update(pairs)
-        app.set_group_weights(
-            queue,
-            weights,
-            default_group_weight=KEEP if default_group_weight is None else default_group_weight,
-        )
+    if weights:
+        _set_weights(app, queue, weights, default_group_weight)
     now = {q["queue"]: q for q in app.queue_summary()}[queue]
     given = {
         "concurrency": concurrency,
@@ -253,6 +258,16 @@ def queues_set(
             if now["group_weights"]
             else ""
         )
+    )
+
+
+def _set_weights(
+    app: App, queue: str, weights: dict[str, int], default_group_weight: int | None
+) -> None:
+    app.set_group_weights(
+        queue,
+        weights,
+        default_group_weight=KEEP if default_group_weight is None else default_group_weight,
     )
 
 

@@ -14,7 +14,7 @@ import psycopg
 
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.checks import check_name
-from pgqueue.errors import UserError
+from pgqueue.errors import InvalidArguments, UserError
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import inspect as _inspect
 from pgqueue.ops import operator as _operator
@@ -103,6 +103,13 @@ class Operator:
             _registry.check_limits(
                 queue, concurrency, group_concurrency, rate, group_rate, in_order
             )
+            weighed = _operator.group_weights(c, name)
+            if weighed and weighed["group_weights"] and concurrency is group_concurrency is None:
+                raise InvalidArguments(
+                    f"queue {queue!r} has group weights, which share out its permits: keep "
+                    "a concurrency or group_concurrency, or remove the weights first "
+                    "(`pgqueue queues set --no-group-weights`)"
+                )
             _operator.set_limits(
                 c, name, concurrency, group_concurrency, rate, group_rate, in_order
             )

@@ -97,11 +97,21 @@ def test_queues_set_group_weights(capsys: Any, dsn: str, app: pgqueue.App) -> No
     assert max(len(line) for line in out.splitlines()) <= 120, out
     row = queue_row(capsys, dsn, "api")
     assert (row["group_weights"], row["default_group_weight"]) == ({"gold": 5, "silver": 2}, 2)
+    # the permits they share out stay while there are weights
+    assert_user_error(
+        cli(capsys, "queues", "set", "api", "--concurrency", "0", "--dsn", dsn),
+        "queue 'api' has group weights, which share out its permits: keep a concurrency",
+    )
     # cleared one by one; the last one gone, no weights
     assert cli(capsys, "queues", "set", "api", "--clear-group-weight", "gold", "--dsn", dsn)[0] == 0
     assert queue_row(capsys, dsn, "api")["group_weights"] == {"silver": 2}
-    assert cli(capsys, "queues", "set", "api", "--no-group-weights", "--dsn", dsn)[0] == 0
-    assert queue_row(capsys, dsn, "api")["group_weights"] is None
+    # weights and the limit they share go in one command
+    code, _, _ = cli(
+        capsys, "queues", "set", "api", "--no-group-weights", "--concurrency", "0", "--dsn", dsn
+    )
+    assert code == 0
+    row = queue_row(capsys, dsn, "api")
+    assert (row["group_weights"], row["concurrency"]) == (None, None)
 
 
 @pytest.mark.parametrize(
