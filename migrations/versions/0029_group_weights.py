@@ -3,8 +3,8 @@
 `pgqueue queues set Q --group-weight gold=3`.
 
 - queues.group_weights (jsonb, NULL: no weights), queues.default_group_weight (1 to 1000),
-  queues.group_vtime (the queue's virtual time). The queues table is small: plain ALTERs.
-- pgqueue.group_passes: each weighted group's pass.
+  queues.group_vtime (the queue's virtual time), queues.group_passes (each weighted
+  group's pass). The queues table is small: plain ALTERs, constant defaults.
 - pgqueue.claim_limited(): with weights, a priority's runs are handed out by stride
   scheduling (lowest pass first) instead of plain turns; without, as before.
 

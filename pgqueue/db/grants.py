@@ -51,7 +51,6 @@ WORKER_TABLES = {
     "audit": ("SELECT", "INSERT", "DELETE"),
     "events": DML,
     "finished_totals": ("SELECT", "INSERT", "UPDATE"),  # the tally adds to it
-    "group_passes": DML,  # the weighted claim keeps each group's pass
     "group_rates": DML,
     "queues": ("SELECT", "INSERT", "UPDATE"),
     "run_errors": ("SELECT", "INSERT"),

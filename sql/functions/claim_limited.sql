@@ -33,9 +33,9 @@
 -- off, so that the next one steps over the runs it already took.
 --
 -- Group weights (queues.group_weights not NULL; migration 0029): within a priority, the
--- turns of point 2 give way to stride scheduling. Each group has a pass
--- (pgqueue.group_passes, read as at least the queue's group_vtime: a group back from idle
--- starts level with the others, with no credit saved up); the claim hands out runs lowest
+-- turns of point 2 give way to stride scheduling. Each group has a pass (the queue's
+-- group_passes, read as at least its group_vtime: a group back from idle starts level
+-- with the others, with no credit saved up); the claim hands out runs lowest
 -- pass first, ties by group_key, and each start advances its group's pass by 1/weight. So
 -- while groups have runs waiting, their starts are proportional to their weights; a group
 -- with nothing waiting (or no room) is not visited, and the others take its share. Each
@@ -82,7 +82,7 @@ DECLARE
     new_counts integer[];
     g_period interval;
     weighted boolean;              -- group weights apply (see above)
-    wpass    jsonb := '{}';        -- group -> its pass after this claim's picks
+    wpass    jsonb;                -- group -> its pass, with this claim's picks
     vtime    double precision;     -- the queue's virtual time after this claim's picks
 BEGIN
     SELECT * INTO q FROM pgqueue.queues WHERE name = p_queue FOR UPDATE;
@@ -141,6 +141,7 @@ BEGIN
     -- Weighted: one pass, from the front (the hint is written by the turns only).
     weighted := q.group_weights IS NOT NULL;
     vtime := q.group_vtime;
+    wpass := q.group_passes;
     IF weighted THEN
         hid := 0;
     END IF;
@@ -222,14 +223,12 @@ BEGIN
                 -- first run only if no earlier run of the group is unfinished.
                 WITH g AS (
                     SELECT t.group_key, w.weight,
-                           greatest(coalesce((wpass ->> t.group_key)::double precision,
-                                             p.pass, 0), vtime) AS pass0,
+                           greatest(coalesce((wpass ->> t.group_key)::double precision, 0),
+                                    vtime) AS pass0,
                            least(budget - cardinality(picked),
                                  (cap ->> t.group_key)::bigint
                                     - coalesce((used ->> t.group_key)::bigint, 0)) AS room
                       FROM unnest(turns) AS t(group_key)
-                      LEFT JOIN pgqueue.group_passes p
-                             ON p.queue = p_queue AND p.group_key = t.group_key
                      CROSS JOIN LATERAL (
                            SELECT coalesce((q.group_weights ->> t.group_key)::integer,
                                            q.default_group_weight)::double precision AS weight
@@ -411,16 +410,16 @@ BEGIN
         hid := 0;
     END LOOP;
 
-    -- Group weights: the passes this claim advanced, and the queue's virtual time. Now and
-    -- then, the passes at or below it go (they read as it).
+    -- Group weights: the passes and the queue's virtual time, on the queue's row (locked
+    -- already). A pass at or below the virtual time reads as it: it goes, so the map holds
+    -- only the groups ahead of the others.
     IF weighted AND cardinality(picked) > 0 THEN
-        INSERT INTO pgqueue.group_passes AS p (queue, group_key, pass)
-        SELECT p_queue, e.key, e.value::double precision FROM jsonb_each_text(wpass) e
-        ON CONFLICT (queue, group_key) DO UPDATE SET pass = EXCLUDED.pass;
-        UPDATE pgqueue.queues SET group_vtime = vtime WHERE name = p_queue;
-        IF random() < 0.01 THEN
-            DELETE FROM pgqueue.group_passes p WHERE p.queue = p_queue AND p.pass <= vtime;
-        END IF;
+        UPDATE pgqueue.queues
+           SET group_vtime = vtime,
+               group_passes = (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                 FROM jsonb_each(wpass) e
+                                WHERE e.value::double precision > vtime)
+         WHERE name = p_queue;
     END IF;
 
     -- The rate logs take this claim's starts; rate_open_at says when the queue's next
