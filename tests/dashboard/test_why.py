@@ -133,6 +133,11 @@ def test_positions_in_a_limited_queue_are_within_the_group(
         "group's in order)"
     ]
     assert "1 run of group t1 ahead" in why(web, ids[3])[0]
+    app.set_group_weights("crawl", {"t0": 3})
+    assert why(web, ids[6]) == [
+        "3 runs of group t0 ahead of it (queue crawl shares its starts between groups by "
+        "weight, each group's in order)"
+    ]
 
 
 def test_the_overview_shows_group_weights(web: TestClient, conn: psycopg.Connection[Any]) -> None:
