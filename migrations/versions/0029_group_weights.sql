@@ -13,8 +13,14 @@ ALTER TABLE pgqueue.queues
     ADD COLUMN IF NOT EXISTS group_vtime double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS group_passes jsonb NOT NULL DEFAULT '{}',
     DROP CONSTRAINT IF EXISTS queues_group_weights_check,
+    -- an object of whole numbers 1 to 1000 (pgqueue.tasks.registry.WEIGHT_MAX): the claim
+    -- casts each weight to integer
     ADD CONSTRAINT queues_group_weights_check
-        CHECK (group_weights IS NULL OR jsonb_typeof(group_weights) = 'object'),
+        CHECK (group_weights IS NULL
+               OR (jsonb_typeof(group_weights) = 'object'
+                   AND NOT jsonb_path_exists(
+                       group_weights,
+                       '$.* ? (@.type() != "number" || @ < 1 || @ > 1000 || @.floor() != @)'))),
     DROP CONSTRAINT IF EXISTS queues_default_group_weight_check,
     ADD CONSTRAINT queues_default_group_weight_check
         CHECK (default_group_weight BETWEEN 1 AND 1000);

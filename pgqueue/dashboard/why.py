@@ -104,7 +104,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
         share = (
             "shares its starts between groups by weight"
             if f.get("weighted")
-            else ("takes its groups' runs in turns")
+            else "takes its groups' runs in turns"
         )
         out.append(
             f"{count} {noun} of group {f['group_key'] or '(default)'} ahead of it "

@@ -324,3 +324,14 @@ def test_declared_weights_are_stored_by_a_worker_and_set_at_run_time(
     weights.set_group_weights("weighted", None)
     stored = weights.group_weights("weighted")
     assert stored and (stored["group_weights"], stored["default_group_weight"]) == ({}, 2)
+
+
+@pytest.mark.parametrize("weights", ['{"gold": 2.5}', '{"gold": 0}', '{"gold": "3"}', "[3]"])
+def test_the_schema_refuses_weights_the_claim_cannot_use(
+    conn: psycopg.Connection[Any], weights: str
+) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation, match="queues_group_weights_check"):
+        conn.execute(
+            "INSERT INTO pgqueue.queues (name, concurrency, group_weights) VALUES ('q', 1, %s)",
+            (weights,),
+        )
