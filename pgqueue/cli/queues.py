@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -10,9 +10,6 @@ from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, recorded, table
 from pgqueue.ops.bulk import DEFAULT_BATCH, purge_filter
 from pgqueue.tasks.rates import KEEP, Keep
-
-if TYPE_CHECKING:
-    from pgqueue.app import App
 
 # The table fits a terminal of 120 columns; --json has every field by its own name.
 QUEUE_COLUMNS = [
@@ -220,8 +217,9 @@ def queues_set(
         weights.update(pairs)
     # Weights removed go first (the limits they shared may go with them); weights set go
     # last (they need the limits they share).
+    default = KEEP if default_group_weight is None else default_group_weight
     if weights == {}:
-        _set_weights(app, queue, weights, default_group_weight)
+        app.set_group_weights(queue, weights, default_group_weight=default)
     app.set_limits(
         queue,
         concurrency=new_c,
@@ -231,7 +229,7 @@ def queues_set(
         ordered=KEEP if ordered is None else ordered,
     )
     if weights:
-        _set_weights(app, queue, weights, default_group_weight)
+        app.set_group_weights(queue, weights, default_group_weight=default)
     now = {q["queue"]: q for q in app.queue_summary()}[queue]
     given = {
         "concurrency": concurrency,
@@ -258,16 +256,6 @@ def queues_set(
             if now["group_weights"]
             else ""
         )
-    )
-
-
-def _set_weights(
-    app: App, queue: str, weights: dict[str, int], default_group_weight: int | None
-) -> None:
-    app.set_group_weights(
-        queue,
-        weights,
-        default_group_weight=KEEP if default_group_weight is None else default_group_weight,
     )
 
 
