@@ -20,6 +20,7 @@ LIMITED_QUEUE = "feat_limited"  # concurrency 50: claim_limited
 HIGH_LIMIT_QUEUE = "feat_limited_hi"  # concurrency 1000: never binds for 50-100 slots
 GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: claim_limited
 RATED_QUEUE = "feat_rated"  # a rate limit never reached: claim_rated.sql (bench/rates.py)
+WEIGHTED_QUEUE = "feat_weighted"  # HIGH_LIMIT_QUEUE with group weights (bench/rates.py)
 TASK_QUEUE = "feat_task"
 WORKFLOW_QUEUE = "feat_wf"
 
@@ -32,6 +33,9 @@ app.queue(LIMITED_QUEUE, concurrency=QUEUE_LIMIT)
 app.queue(HIGH_LIMIT_QUEUE, concurrency=HIGH_LIMIT)
 app.queue(GROUPS_QUEUE, group_concurrency=GROUP_LIMIT)
 app.queue(RATED_QUEUE, rate_limit=RATE_LIMIT)
+# the groups bench.features.load(..., groups=3) writes, weighted 3:2:1
+WEIGHTS = {"g0000": 3, "g0001": 2, "g0002": 1}
+app.queue(WEIGHTED_QUEUE, concurrency=HIGH_LIMIT, group_weights=WEIGHTS)
 
 STEPS = 4
 

@@ -60,7 +60,7 @@ from bench.common import (
     write_report,
 )
 from pgqueue.db import sql as _sql
-from pgqueue.tasks.rates import parse_rate, rate_params
+from pgqueue.worker.registration import configure_params
 from pgqueue.worker.semaphores import ClaimMarks
 
 APP = "bench.feature_apps:app"
@@ -105,17 +105,7 @@ def configure(conn: Conn, queue: str) -> None:
     """Write the queue's limits as the worker would at start (for the SQL-only loops)."""
     cfg = fa.app.queues.get(queue)
     if cfg is not None:
-        conn.execute(
-            _sql.query("configure_queue"),
-            {
-                "queue": queue,
-                "concurrency": cfg.concurrency,
-                "group_concurrency": cfg.group_concurrency,
-                "ordered": cfg.ordered,
-                **rate_params("rate", parse_rate("rate_limit", cfg.rate_limit)),
-                **rate_params("group_rate", parse_rate("group_rate_limit", cfg.group_rate_limit)),
-            },
-        )
+        conn.execute(_sql.query("configure_queue"), configure_params(cfg))
 
 
 def xacts(server: str, dbname: str) -> int:

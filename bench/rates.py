@@ -6,11 +6,13 @@ without limits (docs/flow_control.md: what a rate limit costs its queue's claim)
 Each round drains n queued async no-op runs of (a) a queue without limits (claim.sql),
 (r) a queue with rate_limit 1000000/s (claim_rated.sql: claim.sql's scans under the
 queue's row lock, the rate log read and written by every claim) and (b2) a queue with
-concurrency 1000, never reached (claim_limited(), for reference), in a shuffled order,
+concurrency 1000, never reached (claim_limited(), for reference), and the weighted claim
+against the plain limited one: (b3) the (b2) queue with its runs in 3 groups, (w) the
+same with group weights 3:2:1 (claim_limited()'s stride scheduling), in a shuffled order,
 each in a fresh scratch database, with one worker process (bench.features.drain).
-Throughput = n / (max(finished_at) - min(started_at)); the ratios (r)/(a) and (b2)/(a)
-are taken within each round, and the report gives their medians over the rounds. Also
-the SQL alone: claim and complete on one connection (bench.features.drain_sql).
+Throughput = n / (max(finished_at) - min(started_at)); the ratios (r)/(a), (b2)/(a) and
+(w)/(b3) are taken within each round, and the report gives their medians over the rounds.
+Also the SQL alone: claim and complete on one connection (bench.features.drain_sql).
 """
 
 from __future__ import annotations
@@ -29,50 +31,57 @@ from bench.common import DEFAULT_SERVER, ROOT, Figure, Scratch, fmt, write_repor
 from bench.features import configure, drain, drain_sql, load
 from bench.run import machine
 
-RATIO_TARGET = 0.85  # a rate limit not reached: at least 0.85x the unlimited claim
+RATIO_TARGET = 0.85  # a rate limit not reached: at least 0.85x the unlimited claim;
+# group weights: at least 0.85x the plain limited claim of the same groups
+# key: (queue, label, groups the runs are spread over)
 CONFIGS = {
-    "a": (fa.FREE_QUEUE, "(a) no limits"),
-    "r": (fa.RATED_QUEUE, f"(r) rate_limit {fa.RATE_LIMIT}, never reached"),
-    "b2": (fa.HIGH_LIMIT_QUEUE, f"(b2) concurrency {fa.HIGH_LIMIT}, never reached"),
+    "a": (fa.FREE_QUEUE, "(a) no limits", 0),
+    "r": (fa.RATED_QUEUE, f"(r) rate_limit {fa.RATE_LIMIT}, never reached", 0),
+    "b2": (fa.HIGH_LIMIT_QUEUE, f"(b2) concurrency {fa.HIGH_LIMIT}, never reached", 0),
+    "b3": (fa.HIGH_LIMIT_QUEUE, f"(b3) concurrency {fa.HIGH_LIMIT}, 3 groups", 3),
+    "w": (fa.WEIGHTED_QUEUE, f"(w) concurrency {fa.HIGH_LIMIT}, 3 groups weighted 3:2:1", 3),
 }
+# ratio -> the configuration it compares with
+RATIOS = {"r": "a", "b2": "a", "w": "b3"}
+QUERIES = {"a": "claim", "r": "claim_rated", "b2": "claim_limited", "b3": "claim_limited",
+           "w": "claim_limited"}  # fmt: skip
 
 
 def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]:
     rate = {k: Figure(f"{n:,} async no-op, 1 x c={concurrency}, {label}", "runs/s",
-                      command=ctx.command) for k, (_, label) in CONFIGS.items()}  # fmt: skip
+                      command=ctx.command) for k, (_, label, _) in CONFIGS.items()}  # fmt: skip
     ratio = {
         k: Figure(
-            f"ratio {CONFIGS[k][1]} / (a)",
-            "x (a)",
-            target=RATIO_TARGET if k == "r" else None,
+            f"ratio {CONFIGS[k][1]} / ({base})",
+            f"x ({base})",
+            target=RATIO_TARGET if k in ("r", "w") else None,
             command=ctx.command,
         )
-        for k in ("r", "b2")
+        for k, base in RATIOS.items()
     }
     sql_rate = {
         k: Figure(f"  SQL only, batch {concurrency}, {label}", "runs/s", command=ctx.command)
-        for k, (_, label) in CONFIGS.items()
+        for k, (_, label, _) in CONFIGS.items()
     }
     for r in range(ctx.repeat):
         for k in random.Random(r).sample(list(CONFIGS), len(CONFIGS)):
-            queue, label = CONFIGS[k]
+            queue, label, groups = CONFIGS[k]
             ctx.scratch.fresh()
             with ctx.scratch.connect() as conn:
                 configure(conn, queue)
-                load(conn, n, task=fa.anoop.name, queue=queue)
+                load(conn, n, task=fa.anoop.name, queue=queue, groups=groups)
             res = drain(ctx.scratch, queue, n, concurrency, 1, cap=cap)
             rate[k].samples.append(res["rate"])
             ctx.log(f"  {label}, round {r + 1}: {fmt(res['rate'])} runs/s")
-        for k in ("r", "b2"):
-            ratio[k].samples.append(rate[k].samples[-1] / rate["a"].samples[-1])
+        for k, base in RATIOS.items():
+            ratio[k].samples.append(rate[k].samples[-1] / rate[base].samples[-1])
         for k in random.Random(100 + r).sample(list(CONFIGS), len(CONFIGS)):
-            queue, label = CONFIGS[k]
+            queue, label, groups = CONFIGS[k]
             ctx.scratch.fresh()
             with ctx.scratch.connect() as conn:
                 configure(conn, queue)
-                load(conn, n, task=fa.anoop.name, queue=queue)
-                query = {"a": "claim", "r": "claim_rated", "b2": "claim_limited"}[k]
-                sql_rate[k].samples.append(drain_sql(conn, queue, concurrency, False, query))
+                load(conn, n, task=fa.anoop.name, queue=queue, groups=groups)
+                sql_rate[k].samples.append(drain_sql(conn, queue, concurrency, False, QUERIES[k]))
             ctx.log(f"  SQL only {label}, round {r + 1}: {fmt(sql_rate[k].samples[-1])} runs/s")
     for fig in ratio.values():
         ctx.log(f"{fig.name}: median {statistics.median(fig.samples):.2f}")

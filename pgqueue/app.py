@@ -263,6 +263,8 @@ class App:
     cancel = _Via("operator", Operator.cancel)
     retry = _Via("operator", Operator.retry)
     set_limits = _Via("operator", Operator.set_limits)
+    set_group_weights = _Via("operator", Operator.set_group_weights)
+    group_weights = _Via("operator", Operator.group_weights)
     groups = _Via("operator", Operator.groups)
     set_paused = _Via("operator", Operator.set_paused)
     queue_summary = _Via("operator", Operator.queue_summary)

@@ -3,6 +3,7 @@
 -- (pgqueue.finished_buckets, 5-second buckets) and the live workers that serve it.
 SELECT %(queue)s::text AS queue,
        coalesce(q.paused, false) AS paused, q.concurrency, q.group_concurrency,
+       q.group_weights, coalesce(q.default_group_weight, 1) AS default_group_weight,
        q.name IS NOT NULL AS configured,
        {{queue_rate_columns}},
        f.finished_last_minute, f.finished_last_hour, f.failed_last_hour,

@@ -49,6 +49,7 @@ q AS (
     SELECT n.queue, coalesce(x.paused, false) AS paused, x.concurrency, x.group_concurrency,
            x.rate_limit, x.rate_period, x.group_rate_limit, x.group_rate_period,
            coalesce(x.ordered, false) AS ordered, x.rate_open_at,
+           x.group_weights IS NOT NULL AS weighted,
            pgqueue.rate_used(x.rate_slots, x.rate_counts,
                              now() - x.rate_period * interval '1 second') AS rate_used,
            (SELECT count(*) FROM workers w WHERE n.queue = ANY (w.queues)) AS live_workers,
@@ -69,7 +70,7 @@ SELECT r.id, r.queue, r.state, r.group_key, r.priority, r.run_at, r.attempt, r.e
        q.live_workers, q.slots, q.busy, q.permits_taken, q.permit_holders,
        g.taken AS group_taken, g.holders AS group_holders,
        q.rate_limit, q.rate_period, q.rate_used, q.rate_open_at,
-       q.group_rate_limit, q.group_rate_period, q.ordered,
+       q.group_rate_limit, q.group_rate_period, q.ordered, q.weighted,
        (SELECT pgqueue.rate_used(gr.rate_slots, gr.rate_counts,
                                  now() - q.group_rate_period * interval '1 second')
           FROM pgqueue.group_rates gr

@@ -6,14 +6,14 @@ the reason. Same signature; no schema change (the holder is looked up through
 runs_unique_key_idx, as before).
 
 Revision ID: 0030
-Revises: 0028
+Revises: 0029
 """
 
 from alembic import op
 from pgqueue.migrations import history
 
 revision = "0030"
-down_revision = "0028"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 

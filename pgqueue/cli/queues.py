@@ -53,7 +53,27 @@ def limits(row: dict[str, Any]) -> str:
         parts.append(f"{row['group_rate_limit']}/group")
     if row["ordered"]:
         parts.append("ordered")
+    if row.get("group_weights"):
+        parts.append(weights_text(row["group_weights"], row["default_group_weight"]))
     return ", ".join(parts) or "-"
+
+
+def weights_text(weights: dict[str, int], default: int) -> str:
+    """Group weights in short: "weights gold=3 silver=2 *=1" (*: every other group)."""
+    named = " ".join(f"{g}={w}" for g, w in sorted(weights.items()))
+    return f"weights {named} *={default}"
+
+
+def _weight_pair(value: str) -> tuple[str, int]:
+    """--group-weight GROUP=N as (group, weight); a clear usage error otherwise (the
+    range is checked with the queue's limits, by App.set_group_weights)."""
+    group, sep, weight = value.rpartition("=")
+    if not sep or not group or not weight.strip().lstrip("-").isdigit():
+        raise click.BadParameter(
+            f"{value!r} is not GROUP=N (a group name and a whole number, e.g. gold=3)",
+            param_hint="--group-weight",
+        )
+    return group, int(weight)
 
 
 @click.group(invoke_without_command=True)
@@ -136,6 +156,31 @@ def queues_purge(dsn: str | None, embedded: bool, queue: str, yes: bool) -> None
     default=None,
     help="Start each group's runs one after another in id order (needs group concurrency 1).",
 )
+@click.option(
+    "--group-weight",
+    "group_weight",
+    multiple=True,
+    metavar="GROUP=N",
+    help="Weight of GROUP (1 to 1000): while groups wait, their starts follow the weights "
+    "(repeatable).",
+)
+@click.option(
+    "--default-group-weight",
+    type=int,
+    metavar="N",
+    help="Weight of the groups no --group-weight names (1 to 1000; default 1).",
+)
+@click.option(
+    "--clear-group-weight",
+    multiple=True,
+    metavar="GROUP",
+    help="Forget GROUP's weight: it gets the default weight (repeatable).",
+)
+@click.option(
+    "--no-group-weights",
+    is_flag=True,
+    help="Forget every group weight: groups take plain turns again.",
+)
 def queues_set(
     dsn: str | None,
     embedded: bool,
@@ -145,9 +190,16 @@ def queues_set(
     rate_limit: str | None,
     group_rate_limit: str | None,
     ordered: bool | None,
+    group_weight: tuple[str, ...],
+    default_group_weight: int | None,
+    clear_group_weight: tuple[str, ...],
+    no_group_weights: bool,
 ) -> None:
     """Change QUEUE's cluster-wide limits now (workers apply them to their next claim).
     Limits not given keep their values."""
+    pairs = [_weight_pair(v) for v in group_weight]
+    weighing = bool(pairs or clear_group_weight or no_group_weights)
+    weighing = weighing or default_group_weight is not None
     app = open_app(dsn, embedded)
     current = {q["queue"]: q for q in app.queue_summary()}.get(queue, {})
     new_c = current.get("concurrency") if concurrency is None else (concurrency or None)
@@ -156,6 +208,18 @@ def queues_set(
         if group_concurrency is None
         else (group_concurrency or None)
     )
+    weights: dict[str, int] | None = None
+    if weighing:
+        stored = app.group_weights(queue) or {"group_weights": {}}
+        weights = {} if no_group_weights else dict(stored["group_weights"])
+        for group in clear_group_weight:
+            weights.pop(group, None)
+        weights.update(pairs)
+    # Weights removed go first (the limits they shared may go with them); weights set go
+    # last (they need the limits they share).
+    default = KEEP if default_group_weight is None else default_group_weight
+    if weights == {}:
+        app.set_group_weights(queue, weights, default_group_weight=default)
     app.set_limits(
         queue,
         concurrency=new_c,
@@ -164,6 +228,8 @@ def queues_set(
         group_rate_limit=_rate_option(group_rate_limit),
         ordered=KEEP if ordered is None else ordered,
     )
+    if weights:
+        app.set_group_weights(queue, weights, default_group_weight=default)
     now = {q["queue"]: q for q in app.queue_summary()}[queue]
     given = {
         "concurrency": concurrency,
@@ -171,6 +237,10 @@ def queues_set(
         "rate_limit": rate_limit,
         "group_rate_limit": group_rate_limit,
         "ordered": ordered,
+        "group_weight": list(group_weight) or None,
+        "default_group_weight": default_group_weight,
+        "clear_group_weight": list(clear_group_weight) or None,
+        "no_group_weights": no_group_weights or None,
     }
     recorded(
         app, "limits", target={"queue": queue} | {k: v for k, v in given.items() if v is not None}
@@ -181,6 +251,11 @@ def queues_set(
         f"rate_limit {now['rate_limit'] or 'none'}, "
         f"group_rate_limit {now['group_rate_limit'] or 'none'}"
         + (", ordered" if now["ordered"] else "")
+        + (
+            ", " + weights_text(now["group_weights"], now["default_group_weight"])
+            if now["group_weights"]
+            else ""
+        )
     )
 
 

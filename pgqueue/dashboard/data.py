@@ -188,6 +188,9 @@ def limits_text(q: dict[str, Any]) -> list[str]:
         out.append(f"{q['group_rate_limit']} per group")
     if q["ordered"]:
         out.append("ordered groups")
+    if q.get("group_weights"):
+        named = ", ".join(f"{g} {w}" for g, w in sorted(q["group_weights"].items()))
+        out.append(f"group weights {named} (others {q['default_group_weight']})")
     return out
 
 

@@ -101,9 +101,14 @@ def reasons(f: dict[str, Any]) -> list[str]:
     if group_ahead:
         count = f"{GROUP_AHEAD_EXACT}+" if group_ahead > GROUP_AHEAD_EXACT else f"{group_ahead:,}"
         noun = "run" if group_ahead == 1 else "runs"
+        share = (
+            "shares its starts between groups by weight"
+            if f.get("weighted")
+            else "takes its groups' runs in turns"
+        )
         out.append(
             f"{count} {noun} of group {f['group_key'] or '(default)'} ahead of it "
-            f"(queue {queue} takes its groups' runs in turns, each group's in order)"
+            f"(queue {queue} {share}, each group's in order)"
         )
     if not out:
         out.append("next in line: a worker claims it at its next claim")

@@ -6,7 +6,7 @@ pgqueue.ops.inspect, operator, bulk or retention, or pgqueue.schedules.schedule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ import psycopg
 
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.checks import check_name
+from pgqueue.errors import InvalidArguments, UserError
 from pgqueue.ops import bulk as _bulk
 from pgqueue.ops import inspect as _inspect
 from pgqueue.ops import operator as _operator
@@ -102,9 +103,51 @@ class Operator:
             _registry.check_limits(
                 queue, concurrency, group_concurrency, rate, group_rate, in_order
             )
+            weighed = _operator.group_weights(c, name)
+            if weighed and weighed["group_weights"] and concurrency is group_concurrency is None:
+                raise InvalidArguments(
+                    f"queue {queue!r} has group weights, which share out its permits: keep "
+                    "a concurrency or group_concurrency, or remove the weights first "
+                    "(`pgqueue queues set --no-group-weights`)"
+                )
             _operator.set_limits(
                 c, name, concurrency, group_concurrency, rate, group_rate, in_order
             )
+
+    def set_group_weights(
+        self,
+        queue: str,
+        group_weights: Mapping[str, int] | None,
+        *,
+        default_group_weight: int | Keep = KEEP,
+    ) -> None:
+        """Replace a queue's group weights now (None or {}: no weights, plain turns);
+        default_group_weight not given keeps its stored value. The queue must be stored
+        with a concurrency or group_concurrency limit. A worker that starts with
+        app.queue(...) declarations writes those back."""
+        name = check_name("queue", queue)
+        with self.database.connection() as c:
+            stored = _operator.group_weights(c, name)
+            if stored is None:
+                raise UserError(
+                    f"queue {queue!r} has no limits stored: set its concurrency or "
+                    "group_concurrency first (the weights share those permits out)"
+                )
+            default = (
+                stored["default_group_weight"]
+                if isinstance(default_group_weight, Keep)
+                else default_group_weight
+            )
+            weights = _registry.check_weights(
+                queue, group_weights, default, stored["concurrency"], stored["group_concurrency"]
+            )
+            _operator.set_group_weights(c, name, weights, default)
+
+    def group_weights(self, queue: str) -> dict[str, Any] | None:
+        """The queue's stored group weights ({} for none), default group weight and permit
+        limits; None if the queue is not stored."""
+        with self.database.connection() as c:
+            return _operator.group_weights(c, check_name("queue", queue))
 
     def groups(self, queue: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """The busiest groups (most running, then most queued), from pgqueue.groups."""

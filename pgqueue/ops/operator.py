@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pgqueue.db import sql as _sql
 from pgqueue.enqueue.checks import MAX_REASON_BYTES, check_key
@@ -68,6 +69,33 @@ def flow_limits(conn: Conn, queue: str) -> dict[str, Any]:
         "group_rate_limit": str(Rate(group_rate, int(group_period))) if group_rate else None,
         "ordered": ordered,
     }
+
+
+def group_weights(conn: Conn, queue: str) -> dict[str, Any] | None:
+    """The queue's stored permit limits, group weights ({} for none) and default group
+    weight; None if the queue is not in pgqueue.queues."""
+    row = conn.execute(_sql.query("queue_weights"), {"queue": queue}).fetchone()
+    if row is None:
+        return None
+    concurrency, group_concurrency, weights, default = row
+    return {
+        "concurrency": concurrency,
+        "group_concurrency": group_concurrency,
+        "group_weights": dict(weights or {}),
+        "default_group_weight": default,
+    }
+
+
+def set_group_weights(
+    conn: Conn, queue: str, weights: tuple[tuple[str, int], ...] | None, default: int
+) -> None:
+    """Store a queue's group weights, already checked (App.set_group_weights checks them)."""
+    params = {
+        "queue": queue,
+        "group_weights": None if weights is None else Jsonb(dict(weights)),
+        "default_group_weight": default,
+    }
+    conn.execute(_sql.query("set_group_weights"), params)
 
 
 def set_paused(conn: Conn, queue: str, paused: bool) -> None:

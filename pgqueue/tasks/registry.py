@@ -3,7 +3,7 @@ registered under stable names, and schedules defined in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, Unpack, overload
 
@@ -48,6 +48,9 @@ class WorkflowDecorator(Protocol):
 
 # pgqueue.queues.concurrency and group_concurrency are integers.
 LIMIT_MAX = 2**31 - 1
+# A group's weight (group_weights, default_group_weight): 1 to WEIGHT_MAX. Shares finer than
+# 1:1000 are not a fairness anyone can observe, and the passes stay exact in a double.
+WEIGHT_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class QueueConfig:
     rate_limit: str | None = None  # "N/s", "N/m" or "N/h", as _rates.parse_rate reads it
     group_rate_limit: str | None = None
     ordered: bool = False
+    # group -> weight, sorted by group (a tuple: the config is frozen); None: no weights
+    group_weights: tuple[tuple[str, int], ...] | None = None
+    default_group_weight: int = 1
 
 
 def check_limits(
@@ -98,6 +104,55 @@ def check_limits(
         )
 
 
+def check_weight(queue: str, label: str, value: object) -> int:
+    """`value` as a group weight: an int from 1 to WEIGHT_MAX, else InvalidArguments or
+    OutOfRange naming `label`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArguments(
+            f"queue {queue!r}: {label} must be an int from 1 to {WEIGHT_MAX}, "
+            f"not {type(value).__name__}"
+        )
+    if not 1 <= value <= WEIGHT_MAX:
+        raise OutOfRange(f"queue {queue!r}: {label} must be 1 to {WEIGHT_MAX}, not {value}")
+    return value
+
+
+def check_weights(
+    queue: str,
+    group_weights: Mapping[str, int] | None,
+    default_group_weight: int,
+    concurrency: int | None,
+    group_concurrency: int | None,
+) -> tuple[tuple[str, int], ...] | None:
+    """The weights as QueueConfig keeps them (None for none or an empty map), or a clear
+    error: each weight 1 to WEIGHT_MAX, group names strings, and a permit limit
+    (concurrency or group_concurrency) for the weights to share out: a queue without one
+    is not claimed by claim_limited()."""
+    check_weight(queue, "default_group_weight", default_group_weight)
+    if group_weights is None:
+        return None
+    if not isinstance(group_weights, Mapping):
+        raise InvalidArguments(
+            f"queue {queue!r}: group_weights must be a dict of group -> weight, "
+            f"not {type(group_weights).__name__}"
+        )
+    for group, weight in group_weights.items():
+        if not isinstance(group, str) or not group:
+            raise InvalidArguments(
+                f"queue {queue!r}: group_weights keys must be group names (non-empty "
+                f"strings), not {group!r}"
+            )
+        check_weight(queue, f"group_weights[{group!r}]", weight)
+    if not group_weights:
+        return None
+    if concurrency is None and group_concurrency is None:
+        raise InvalidArguments(
+            f"queue {queue!r}: group_weights share out a queue's permits: give it "
+            "concurrency=N or group_concurrency=N too"
+        )
+    return tuple(sorted(group_weights.items()))
+
+
 def declare_queue(
     queues: dict[str, QueueConfig],
     name: str,
@@ -106,8 +161,13 @@ def declare_queue(
     rate_limit: str | None = None,
     group_rate_limit: str | None = None,
     ordered: bool = False,
+    group_weights: Mapping[str, int] | None = None,
+    default_group_weight: int = 1,
 ) -> QueueConfig:
     check_limits(name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered)
+    weights = check_weights(
+        name, group_weights, default_group_weight, concurrency, group_concurrency
+    )
     config = QueueConfig(
         check_name("queue", name),
         concurrency,
@@ -115,6 +175,8 @@ def declare_queue(
         rate_limit,
         group_rate_limit,
         ordered,
+        weights,
+        default_group_weight,
     )
     queues[name] = config
     return config
@@ -141,13 +203,26 @@ class Registry:
         rate_limit: str | None = None,
         group_rate_limit: str | None = None,
         ordered: bool = False,
+        group_weights: Mapping[str, int] | None = None,
+        default_group_weight: int = 1,
     ) -> QueueConfig:
         """Declare a queue and its limits (stored in pgqueue.queues when a worker starts).
         rate_limit / group_rate_limit: "N/s", "N/m" or "N/h", at most N starts of the
         queue (of one group) in any such interval; ordered=True (with group_concurrency=1):
-        a group's runs start one after another in id order (docs/flow_control.md)."""
+        a group's runs start one after another in id order; group_weights={"gold": 3}
+        (with concurrency or group_concurrency): while groups have runs waiting, their
+        starts are proportional to their weights, default_group_weight for the groups not
+        named (docs/flow_control.md)."""
         return declare_queue(
-            self.queues, name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered
+            self.queues,
+            name,
+            concurrency,
+            group_concurrency,
+            rate_limit,
+            group_rate_limit,
+            ordered,
+            group_weights,
+            default_group_weight,
         )
 
     # -- tasks ----------------------------------------------------------------------------

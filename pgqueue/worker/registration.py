@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from psycopg.types.json import Jsonb
+
 from pgqueue.db import connect as db
 from pgqueue.db import grants, migrate
 from pgqueue.db import sql as _sql
@@ -43,17 +45,7 @@ def register(
         migrate.check(conn)
         check_privileges(conn)
         for q in declared:
-            conn.execute(
-                _sql.query("configure_queue"),
-                {
-                    "queue": q.name,
-                    "concurrency": q.concurrency,
-                    "group_concurrency": q.group_concurrency,
-                    "ordered": q.ordered,
-                    **rate_params("rate", parse_rate("rate_limit", q.rate_limit)),
-                    **rate_params("group_rate", parse_rate("group_rate_limit", q.group_rate_limit)),
-                },
-            )
+            conn.execute(_sql.query("configure_queue"), configure_params(q))
         conn.execute(
             _sql.query("register_worker"),
             {
@@ -67,6 +59,20 @@ def register(
             },
         )
         sync_schedules(conn)
+
+
+def configure_params(q: QueueConfig) -> dict[str, Any]:
+    """configure_queue.sql's parameters for a queue declared in code."""
+    return {
+        "queue": q.name,
+        "concurrency": q.concurrency,
+        "group_concurrency": q.group_concurrency,
+        "ordered": q.ordered,
+        **rate_params("rate", parse_rate("rate_limit", q.rate_limit)),
+        **rate_params("group_rate", parse_rate("group_rate_limit", q.group_rate_limit)),
+        "group_weights": None if q.group_weights is None else Jsonb(dict(q.group_weights)),
+        "default_group_weight": q.default_group_weight,
+    }
 
 
 def check_privileges(conn: Any) -> None:

@@ -31,6 +31,16 @@
 -- their further runs of that priority, turn after turn; then the next priority.
 -- The queue's hint (hint_priority, hint_group, hint_id) says where the last claim left
 -- off, so that the next one steps over the runs it already took.
+--
+-- Group weights (queues.group_weights not NULL; migration 0029): within a priority, the
+-- turns of point 2 give way to stride scheduling. Each group has a pass (the queue's
+-- group_passes, read as at least its group_vtime: a group back from idle starts level
+-- with the others, with no credit saved up); the claim hands out runs lowest
+-- pass first, ties by group_key, and each start advances its group's pass by 1/weight. So
+-- while groups have runs waiting, their starts are proportional to their weights; a group
+-- with nothing waiting (or no room) is not visited, and the others take its share. Each
+-- priority's groups with runs are probed once per claim (a weighted queue has named
+-- groups, not thousands); the hint is not used. Without weights, none of this runs.
 CREATE OR REPLACE FUNCTION pgqueue.claim_limited(
     p_queue         text,
     p_worker        uuid,
@@ -71,6 +81,9 @@ DECLARE
     new_slots  timestamptz[];      -- the queue's rate log after this claim
     new_counts integer[];
     g_period interval;
+    weighted boolean;              -- group weights apply (see above)
+    wpass    jsonb;                -- group -> its pass, with this claim's picks
+    vtime    double precision;     -- the queue's virtual time after this claim's picks
 BEGIN
     SELECT * INTO q FROM pgqueue.queues WHERE name = p_queue FOR UPDATE;
     IF NOT FOUND OR q.paused THEN
@@ -125,6 +138,13 @@ BEGIN
     IF q.hint_id IS NOT NULL AND q.hint_since > clock_timestamp() - interval '100 ms' THEN
         hid := q.hint_id;
     END IF;
+    -- Weighted: one pass, from the front (the hint is written by the turns only).
+    weighted := q.group_weights IS NOT NULL;
+    vtime := q.group_vtime;
+    wpass := q.group_passes;
+    IF weighted THEN
+        hid := 0;
+    END IF;
 
     -- Two passes at most: the first from the hint, if one applies. A claim that finds
     -- fewer runs after the hint than it may take reads the queue again from its front:
@@ -160,6 +180,102 @@ BEGIN
         END IF;
         <<by_priority>>
         WHILE lvl IS NOT NULL LOOP
+            -- Group weights: stride scheduling in place of phases A and B.
+            IF weighted THEN
+                -- The groups with runs at this priority and room: one probe each.
+                turns := '{}';
+                k := NULL;
+                LOOP
+                    IF k IS NULL THEN
+                        SELECT r.group_key INTO k FROM pgqueue.runs r
+                         WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                           AND r.priority = lvl
+                         ORDER BY r.group_key, r.id LIMIT 1;
+                    ELSE
+                        SELECT r.group_key INTO k FROM pgqueue.runs r
+                         WHERE r.state = 'queued' AND r.limited AND r.queue = p_queue
+                           AND r.priority = lvl AND r.group_key > k
+                         ORDER BY r.group_key, r.id LIMIT 1;
+                    END IF;
+                    EXIT WHEN k IS NULL;
+                    IF NOT cap ? k THEN
+                        room := gc - coalesce((busy ->> k)::bigint, 0);
+                        IF q.group_rate_limit IS NOT NULL THEN
+                            SELECT g.rate_slots, g.rate_counts INTO g_slots, g_counts
+                              FROM pgqueue.group_rates g
+                             WHERE g.queue = p_queue AND g.group_key = k;
+                            left_ := q.group_rate_limit - pgqueue.rate_used(
+                                g_slots, g_counts, stamp - g_period);
+                            room := least(room, left_);
+                            IF left_ <= 0 THEN
+                                opens := least(opens,
+                                    (SELECT min(u.s) FROM unnest(g_slots) AS u(s)
+                                      WHERE u.s >= stamp - g_period) + g_period);
+                            END IF;
+                        END IF;
+                        cap := cap || jsonb_build_object(k, room);
+                    END IF;
+                    CONTINUE WHEN (cap ->> k)::bigint - coalesce((used ->> k)::bigint, 0) <= 0;
+                    turns := turns || k;
+                END LOOP;
+                -- Each group's next runs in id order, the nth at pass0 + (n - 1) / weight;
+                -- the lowest passes win. An ordered group (group_concurrency 1) offers its
+                -- first run only if no earlier run of the group is unfinished.
+                WITH g AS (
+                    SELECT t.group_key, w.weight,
+                           greatest(coalesce((wpass ->> t.group_key)::double precision, 0),
+                                    vtime) AS pass0,
+                           least(budget - cardinality(picked),
+                                 (cap ->> t.group_key)::bigint
+                                    - coalesce((used ->> t.group_key)::bigint, 0)) AS room
+                      FROM unnest(turns) AS t(group_key)
+                     CROSS JOIN LATERAL (
+                           SELECT coalesce((q.group_weights ->> t.group_key)::integer,
+                                           q.default_group_weight)::double precision AS weight
+                           ) w
+                ), c AS (
+                    SELECT x.id, g.group_key, g.weight, g.pass0,
+                           g.pass0 + (x.nth - 1) / g.weight AS start
+                      FROM g
+                     CROSS JOIN LATERAL (
+                           SELECT r.id, row_number() OVER (ORDER BY r.id) AS nth
+                             FROM (SELECT r.id FROM pgqueue.runs r
+                                    WHERE r.state = 'queued' AND r.limited
+                                      AND r.queue = p_queue AND r.priority = lvl
+                                      AND r.group_key = g.group_key
+                                      AND r.id <> ALL (picked)
+                                    ORDER BY r.id
+                                    LIMIT g.room) r) x
+                     WHERE g.room > 0
+                       AND (NOT q.ordered
+                            OR (SELECT e.id FROM pgqueue.runs e
+                                 WHERE e.queue = p_queue AND e.group_key = g.group_key
+                                   AND e.limited
+                                   AND e.state IN ('scheduled', 'queued', 'running', 'waiting')
+                                 ORDER BY e.id LIMIT 1) >= x.id)
+                     ORDER BY start, g.group_key
+                     LIMIT budget - cardinality(picked)
+                )
+                SELECT coalesce(array_agg(c.id), '{}'),
+                       wpass || coalesce((SELECT jsonb_object_agg(a.group_key,
+                                                                  a.pass0 + a.n / a.weight)
+                                            FROM (SELECT c2.group_key, c2.pass0, c2.weight,
+                                                         count(*) AS n
+                                                    FROM c c2
+                                                   GROUP BY 1, 2, 3) a), '{}'),
+                       greatest(vtime, max(c.start))
+                  INTO more, wpass, vtime
+                  FROM c;
+                picked := picked || more;
+                EXIT by_priority WHEN cardinality(picked) >= budget;
+                IF cardinality(more) > 0 THEN
+                    SELECT coalesce(jsonb_object_agg(u.group_key, u.n), '{}') INTO used
+                      FROM (SELECT r.group_key, count(*) AS n FROM pgqueue.runs r
+                             WHERE r.id = ANY (picked) GROUP BY r.group_key) u;
+                END IF;
+                lvl := pgqueue.claim_next_priority(p_queue, lvl, NULL, NULL, 0);
+                CONTINUE by_priority;
+            END IF;
             -- Phase A. Segment 0: the groups after the cursor; segment 1: the first group up
             -- to and including the cursor.
             turns := '{}';
@@ -293,6 +409,18 @@ BEGIN
         EXIT passes WHEN hid = 0 OR cardinality(picked) >= budget;
         hid := 0;
     END LOOP;
+
+    -- Group weights: the passes and the queue's virtual time, on the queue's row (locked
+    -- already). A pass at or below the virtual time reads as it: it goes, so the map holds
+    -- only the groups ahead of the others.
+    IF weighted AND cardinality(picked) > 0 THEN
+        UPDATE pgqueue.queues
+           SET group_vtime = vtime,
+               group_passes = (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                 FROM jsonb_each(wpass) e
+                                WHERE e.value::double precision > vtime)
+         WHERE name = p_queue;
+    END IF;
 
     -- The rate logs take this claim's starts; rate_open_at says when the queue's next
     -- start is allowed if a rate limit is what stops it now.

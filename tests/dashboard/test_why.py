@@ -139,6 +139,23 @@ def test_positions_in_a_limited_queue_are_within_the_group(
         "group's in order)"
     ]
     assert "1 run of group t1 ahead" in why(web, ids[3])[0]
+    app.set_group_weights("crawl", {"t0": 3})
+    assert why(web, ids[6]) == [
+        "3 runs of group t0 ahead of it (queue crawl shares its starts between groups by "
+        "weight, each group's in order)"
+    ]
+
+
+def test_the_overview_shows_group_weights(web: TestClient, conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO pgqueue.queues (name, concurrency, group_weights, default_group_weight)"
+        """ VALUES ('api', 6, '{"gold": 3, "silver": 2}', 1)"""
+    )
+    row = next(q for q in web.get("/api/queues").json()["queues"] if q["queue"] == "api")
+    assert row["limits"] == ["6 at once", "group weights gold 3, silver 2 (others 1)"]
+    assert "group weights gold 3, silver 2 (others 1)" in web.get("/").text
+    page = web.get("/queues/api").text
+    assert "gold 3, silver 2" in page and "group weights (others 1)" in page
 
 
 def clock_seconds(text: str) -> int:

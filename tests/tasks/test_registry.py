@@ -3,6 +3,8 @@ schedules. No database: an App does not connect until it is used."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import pgqueue
@@ -80,3 +82,38 @@ def test_a_schedule_name_holds_one_definition() -> None:
     with pytest.raises(pgqueue.InvalidSchedule, match="two schedules are named 's'"):
         _registry.add_schedule(schedules, "s", daily)
     assert schedules == {"s": hourly}
+
+
+def test_group_weights_are_kept_sorted_with_their_default() -> None:
+    queues: dict[str, pgqueue.QueueConfig] = {}
+    app = make_app()
+    config = app.queue("api", concurrency=4, group_weights={"gold": 3, "bronze": 1})
+    assert config.group_weights == (("bronze", 1), ("gold", 3))
+    assert config.default_group_weight == 1
+    # an empty map is no weights: the queue takes plain turns
+    assert _registry.declare_queue(queues, "q", 1, None, group_weights={}).group_weights is None
+
+
+@pytest.mark.parametrize(
+    ("weights", "default", "error", "fragment"),
+    [
+        ({"gold": 0}, 1, pgqueue.OutOfRange, "group_weights['gold'] must be 1 to 1000, not 0"),
+        ({"gold": 1001}, 1, pgqueue.OutOfRange, "must be 1 to 1000, not 1001"),
+        ({"gold": 2.5}, 1, pgqueue.InvalidArguments, "must be an int from 1 to 1000, not float"),
+        ({"gold": True}, 1, pgqueue.InvalidArguments, "not bool"),
+        ({"": 2}, 1, pgqueue.InvalidArguments, "keys must be group names"),
+        ({"gold": 2}, 0, pgqueue.OutOfRange, "default_group_weight must be 1 to 1000, not 0"),
+        ([("gold", 2)], 1, pgqueue.InvalidArguments, "must be a dict of group -> weight"),
+    ],
+)
+def test_bad_group_weights_are_refused_in_one_line(
+    weights: Any, default: int, error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error) as raised:
+        make_app().queue("api", concurrency=4, group_weights=weights, default_group_weight=default)
+    assert fragment in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_group_weights_need_a_permit_limit() -> None:
+    with pytest.raises(pgqueue.InvalidArguments, match="give it concurrency=N or group_conc"):
+        make_app().queue("api", rate_limit="5/s", group_weights={"gold": 3})
