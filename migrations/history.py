@@ -16,7 +16,11 @@ from pgqueue.db import sql as _sql
 
 VERSIONS = Path(__file__).parent / "versions"
 # functions/NAME -> the revision that changed its text to need that revision's schema
-CHANGED_BY = {"functions/enqueue": "0028", "functions/enqueue_unique": "0028"}
+CHANGED_BY = {
+    "functions/claim_limited": "0031",
+    "functions/enqueue": "0028",
+    "functions/enqueue_unique": "0028",
+}
 # functions/NAME -> the revision that added it: a revision before it that installs every
 # function of sql/ (0021) leaves it out
 ADDED_BY = {

@@ -265,6 +265,8 @@ class App:
     set_limits = _Via("operator", Operator.set_limits)
     groups = _Via("operator", Operator.groups)
     set_paused = _Via("operator", Operator.set_paused)
+    lift_group_backoff = _Via("operator", Operator.lift_group_backoff)
+    run_backoffs = _Via("operator", Operator.run_backoffs)
     queue_summary = _Via("operator", Operator.queue_summary)
     list_workers = _Via("operator", Operator.list_workers)
     prune = _Via("operator", Operator.prune)

@@ -94,7 +94,32 @@ def _pause_command(name: str, paused: bool) -> None:
 
 
 _pause_command("pause", True)
-_pause_command("resume", False)
+
+
+@queues.command("resume")
+@db_options
+@click.argument("queue")
+@click.option(
+    "--group",
+    metavar="KEY",
+    help="Lift only the backoff of group KEY (RetryAfter(scope='group')); the queue's "
+    "pause and other backoffs stay.",
+)
+def queues_resume(dsn: str | None, embedded: bool, queue: str, group: str | None) -> None:
+    """Let workers claim from QUEUE again: lifts its pause and its backoffs (those of
+    RetryAfter(scope='queue') and of every group, scope='group')."""
+    app = open_app(dsn, embedded)
+    if group is not None:
+        lifted = app.lift_group_backoff(queue, group)
+        recorded(app, "resume", target={"queue": queue, "group": group})
+        if lifted:
+            click.echo(f"group {group} of queue {queue}: backoff lifted")
+        else:
+            click.echo(f"group {group} of queue {queue} was not backed off")
+        return
+    app.set_paused(queue, False)
+    recorded(app, "resume", target={"queue": queue})
+    click.echo(f"queue {queue} resumed")
 
 
 @queues.command("purge")
