@@ -22,7 +22,7 @@ from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flow import app as flow_app
 from tests.apps.flow import hit
 from tests.cli.helpers import cli
-from tests.helpers import WorkerProcess, scalar, wait_until
+from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
 from tests.sql.test_explain import plan, relation_scans
 from tests.worker.test_semaphores import explain_nested, seq_scans
 
@@ -305,3 +305,20 @@ def test_runs_show_the_dashboard_and_its_why_say_what_backs_a_run_off(
     code, out, _ = cli(capsys, "runs", "show", str(run_id), "--dsn", dsn)
     assert "held back" not in out
     assert not [r for r in data.explain(conn, [run_id])[run_id] if "backed off" in r]
+
+
+def test_a_backoff_says_when_to_claim_again(conn: psycopg.Connection[Any]) -> None:
+    """rate_open_at.sql: the first end among the queue's backoff and its groups'."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, backoff_until, group_backoff_until)
+        VALUES ('q', clock_timestamp() + interval '9 s', clock_timestamp() + interval '8 s');
+        INSERT INTO pgqueue.group_backoffs (queue, group_key, until)
+        VALUES ('q', 'a', clock_timestamp() + interval '8 s'),
+               ('q', 'b', clock_timestamp() + interval '3 s'),
+               ('q', 'c', clock_timestamp() - interval '1 s');
+    """)
+    assert 2.5 < scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "q"}) <= 3
+    conn.execute("DELETE FROM pgqueue.group_backoffs WHERE group_key <> 'c'")
+    assert 8.5 < scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "q"}) <= 9
+    conn.execute("UPDATE pgqueue.queues SET backoff_until = NULL, group_backoff_until = NULL")
+    assert conn.execute(_sql.query("rate_open_at"), {"queue": "q"}).fetchall() == []
