@@ -20,6 +20,7 @@ LIMITED_QUEUE = "feat_limited"  # concurrency 50: claim_limited
 HIGH_LIMIT_QUEUE = "feat_limited_hi"  # concurrency 1000: never binds for 50-100 slots
 GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: claim_limited
 RATED_QUEUE = "feat_rated"  # a rate limit never reached: claim_rated.sql (bench/rates.py)
+AGING_QUEUE = "feat_aging"  # priority aging: claim.sql, and the aging pass (bench/rates.py)
 TASK_QUEUE = "feat_task"
 WORKFLOW_QUEUE = "feat_wf"
 
@@ -27,11 +28,13 @@ QUEUE_LIMIT = 50
 HIGH_LIMIT = 1000
 GROUP_LIMIT = 1
 RATE_LIMIT = "1000000/s"
+AGING = 1.0  # seconds per step: every queued run moves at every pass of the drain
 
 app.queue(LIMITED_QUEUE, concurrency=QUEUE_LIMIT)
 app.queue(HIGH_LIMIT_QUEUE, concurrency=HIGH_LIMIT)
 app.queue(GROUPS_QUEUE, group_concurrency=GROUP_LIMIT)
 app.queue(RATED_QUEUE, rate_limit=RATE_LIMIT)
+app.queue(AGING_QUEUE, priority_aging=AGING)
 
 STEPS = 4
 

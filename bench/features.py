@@ -116,6 +116,9 @@ def configure(conn: Conn, queue: str) -> None:
                 **rate_params("group_rate", parse_rate("group_rate_limit", cfg.group_rate_limit)),
             },
         )
+        conn.execute(
+            _sql.query("set_priority_aging"), {"queue": queue, "aging": cfg.priority_aging}
+        )
 
 
 def xacts(server: str, dbname: str) -> int:

@@ -1,12 +1,15 @@
-"""Benchmark: the claim of a queue with a rate limit it never reaches, against a queue
-without limits (docs/flow_control.md: what a rate limit costs its queue's claim).
+"""Benchmark: the claim of a queue with a rate limit it never reaches, and of a queue with
+priority aging, against a queue without limits (docs/flow_control.md: what a rate limit
+and aging cost their queue's claim).
 
     python -m bench.rates --repeat 5 --runs 10000 --concurrency 50
 
 Each round drains n queued async no-op runs of (a) a queue without limits (claim.sql),
 (r) a queue with rate_limit 1000000/s (claim_rated.sql: claim.sql's scans under the
 queue's row lock, the rate log read and written by every claim) and (b2) a queue with
-concurrency 1000, never reached (claim_limited(), for reference), in a shuffled order,
+concurrency 1000, never reached (claim_limited(), for reference) and (g) a queue with
+priority_aging 1 s (claim.sql, while the workers' aging pass moves every queued run one
+step each second: its worst case), in a shuffled order,
 each in a fresh scratch database, with one worker process (bench.features.drain).
 Throughput = n / (max(finished_at) - min(started_at)); the ratios (r)/(a) and (b2)/(a)
 are taken within each round, and the report gives their medians over the rounds. Also
@@ -29,12 +32,14 @@ from bench.common import DEFAULT_SERVER, ROOT, Figure, Scratch, fmt, write_repor
 from bench.features import configure, drain, drain_sql, load
 from bench.run import machine
 
-RATIO_TARGET = 0.85  # a rate limit not reached: at least 0.85x the unlimited claim
+RATIO_TARGET = 0.85  # a rate limit not reached, aging: at least 0.85x the unlimited claim
 CONFIGS = {
     "a": (fa.FREE_QUEUE, "(a) no limits"),
     "r": (fa.RATED_QUEUE, f"(r) rate_limit {fa.RATE_LIMIT}, never reached"),
     "b2": (fa.HIGH_LIMIT_QUEUE, f"(b2) concurrency {fa.HIGH_LIMIT}, never reached"),
+    "g": (fa.AGING_QUEUE, f"(g) priority_aging {fa.AGING:g} s"),
 }
+QUERIES = {"a": "claim", "r": "claim_rated", "b2": "claim_limited", "g": "claim"}
 
 
 def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]:
@@ -44,10 +49,10 @@ def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]
         k: Figure(
             f"ratio {CONFIGS[k][1]} / (a)",
             "x (a)",
-            target=RATIO_TARGET if k == "r" else None,
+            target=RATIO_TARGET if k in ("r", "g") else None,
             command=ctx.command,
         )
-        for k in ("r", "b2")
+        for k in ("r", "b2", "g")
     }
     sql_rate = {
         k: Figure(f"  SQL only, batch {concurrency}, {label}", "runs/s", command=ctx.command)
@@ -63,7 +68,7 @@ def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]
             res = drain(ctx.scratch, queue, n, concurrency, 1, cap=cap)
             rate[k].samples.append(res["rate"])
             ctx.log(f"  {label}, round {r + 1}: {fmt(res['rate'])} runs/s")
-        for k in ("r", "b2"):
+        for k in ("r", "b2", "g"):
             ratio[k].samples.append(rate[k].samples[-1] / rate["a"].samples[-1])
         for k in random.Random(100 + r).sample(list(CONFIGS), len(CONFIGS)):
             queue, label = CONFIGS[k]
@@ -71,7 +76,7 @@ def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]
             with ctx.scratch.connect() as conn:
                 configure(conn, queue)
                 load(conn, n, task=fa.anoop.name, queue=queue)
-                query = {"a": "claim", "r": "claim_rated", "b2": "claim_limited"}[k]
+                query = QUERIES[k]
                 sql_rate[k].samples.append(drain_sql(conn, queue, concurrency, False, query))
             ctx.log(f"  SQL only {label}, round {r + 1}: {fmt(sql_rate[k].samples[-1])} runs/s")
     for fig in ratio.values():

@@ -12,6 +12,9 @@ enqueue waits for, and the exclusive locks are held for a moment, not for a scan
   CHECK validated first, which PostgreSQL then takes as proof.
 - create_index(): CREATE INDEX CONCURRENTLY (SHARE UPDATE EXCLUSIVE), after dropping an
   invalid leftover of an interrupted build.
+- add_column(): ADD COLUMN (nullable, no default: no rewrite) in a transaction of its
+  own, so that the revision never holds one busy table's lock while it waits for
+  another's (claims lock queues then runs, enqueues runs then queues: a cycle).
 
 Each step is safe to run again: a revision whose lock wait timed out is tried again from
 its start (pgqueue.db.migrate.upgrade) after some of its steps have committed. The steps
@@ -27,9 +30,20 @@ from alembic import op
 
 from pgqueue.db.migrate import DDL_LOCK_TIMEOUT
 
-__all__ = ["backfill", "create_index", "set_not_null", "validate"]
+__all__ = ["add_column", "backfill", "create_index", "set_not_null", "validate"]
 
 BATCH = 10_000
+
+
+def add_column(table: str, column: str) -> None:
+    """ALTER TABLE `table` ADD COLUMN IF NOT EXISTS `column` ("name type", nullable and
+    without a default), committed on its own under the revision's lock timeout."""
+    statement = f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
+    if op.get_context().as_sql:
+        op.execute(statement)
+        return
+    with op.get_context().autocommit_block():
+        op.execute(statement)
 
 
 def backfill(table: str, assignments: str, condition: str) -> None:

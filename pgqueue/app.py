@@ -266,6 +266,7 @@ class App:
     groups = _Via("operator", Operator.groups)
     set_paused = _Via("operator", Operator.set_paused)
     lift_group_backoff = _Via("operator", Operator.lift_group_backoff)
+    set_priority_aging = _Via("operator", Operator.set_priority_aging)
     run_backoffs = _Via("operator", Operator.run_backoffs)
     queue_summary = _Via("operator", Operator.queue_summary)
     list_workers = _Via("operator", Operator.list_workers)

@@ -18,3 +18,10 @@ CREATE TABLE IF NOT EXISTS pgqueue.group_backoffs (
     PRIMARY KEY (queue, group_key)
 );
 
+-- Priority aging (docs/flow_control.md, Priority aging): app.queue(...,
+-- priority_aging=s). queues.priority_aging: seconds per step, NULL for none.
+-- runs.base_priority is added before, in a transaction of its own (0031_aging_backoff.py).
+ALTER TABLE pgqueue.queues
+    ADD COLUMN IF NOT EXISTS priority_aging double precision,
+    DROP CONSTRAINT IF EXISTS queues_priority_aging_check,
+    ADD CONSTRAINT queues_priority_aging_check CHECK (priority_aging > 0);

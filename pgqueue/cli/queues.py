@@ -8,6 +8,7 @@ import click
 
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, recorded, table
+from pgqueue.errors import UserError
 from pgqueue.ops.bulk import DEFAULT_BATCH, purge_filter
 from pgqueue.tasks.rates import KEEP, Keep
 
@@ -161,6 +162,12 @@ def queues_purge(dsn: str | None, embedded: bool, queue: str, yes: bool) -> None
     default=None,
     help="Start each group's runs one after another in id order (needs group concurrency 1).",
 )
+@click.option(
+    "--priority-aging",
+    metavar="SECONDS",
+    help="Move a waiting run's priority one step up every SECONDS it waits (0 or none: no "
+    "aging; waiting runs get their own priority back).",
+)
 def queues_set(
     dsn: str | None,
     embedded: bool,
@@ -170,10 +177,12 @@ def queues_set(
     rate_limit: str | None,
     group_rate_limit: str | None,
     ordered: bool | None,
+    priority_aging: str | None,
 ) -> None:
     """Change QUEUE's cluster-wide limits now (workers apply them to their next claim).
     Limits not given keep their values."""
     app = open_app(dsn, embedded)
+    aging = _aging_option(priority_aging)
     current = {q["queue"]: q for q in app.queue_summary()}.get(queue, {})
     new_c = current.get("concurrency") if concurrency is None else (concurrency or None)
     new_g = (
@@ -189,6 +198,8 @@ def queues_set(
         group_rate_limit=_rate_option(group_rate_limit),
         ordered=KEEP if ordered is None else ordered,
     )
+    if not isinstance(aging, Keep):
+        app.set_priority_aging(queue, aging)
     now = {q["queue"]: q for q in app.queue_summary()}[queue]
     given = {
         "concurrency": concurrency,
@@ -196,6 +207,7 @@ def queues_set(
         "rate_limit": rate_limit,
         "group_rate_limit": group_rate_limit,
         "ordered": ordered,
+        "priority_aging": priority_aging,
     }
     recorded(
         app, "limits", target={"queue": queue} | {k: v for k, v in given.items() if v is not None}
@@ -206,7 +218,22 @@ def queues_set(
         f"rate_limit {now['rate_limit'] or 'none'}, "
         f"group_rate_limit {now['group_rate_limit'] or 'none'}"
         + (", ordered" if now["ordered"] else "")
+        + ("" if aging is None or isinstance(aging, Keep) else f", priority_aging {aging:g}s")
     )
+
+
+def _aging_option(value: str | None) -> float | Keep | None:
+    """--priority-aging's value: not given keeps the stored one, 0 or none removes it."""
+    if value is None:
+        return KEEP
+    if value.strip().lower() in ("0", "none"):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(
+            f"--priority-aging must be seconds per step (a number, 0 or none), not {value!r}"
+        ) from None
 
 
 def _rate_option(value: str | None) -> str | Keep | None:

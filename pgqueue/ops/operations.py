@@ -117,6 +117,14 @@ class Operator:
         with self.database.connection() as c:
             _operator.set_paused(c, queue, paused)
 
+    def set_priority_aging(self, queue: str, seconds: float | None) -> None:
+        """Age `queue`'s waiting runs: one priority step up every `seconds` they wait
+        (None: no aging, and the waiting runs get their base priority back)."""
+        name = check_name("queue", queue)
+        aging = _registry.check_aging(name, seconds)
+        with self.database.connection() as c:
+            c.execute(_sql.query("set_priority_aging"), {"queue": name, "aging": aging})
+
     def lift_group_backoff(self, queue: str, group: str) -> bool:
         """Lift the backoff of group `group` of `queue` (RetryAfter(scope="group")): its
         runs may start at once. False if none was in force."""

@@ -58,6 +58,29 @@ class QueueConfig:
     rate_limit: str | None = None  # "N/s", "N/m" or "N/h", as _rates.parse_rate reads it
     group_rate_limit: str | None = None
     ordered: bool = False
+    priority_aging: float | None = None  # seconds per priority step (docs/flow_control.md)
+
+
+# the longest priority_aging: a day per step (a wait of 180 years from 0 to -32768)
+AGING_MAX = 86400.0
+
+
+def check_aging(queue: str, seconds: float | None) -> float | None:
+    """`priority_aging` as stored: None (no aging) or seconds per step, more than 0 and at
+    most AGING_MAX; InvalidArguments or OutOfRange otherwise."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArguments(
+            f"queue {queue!r}: priority_aging must be seconds per step (a number, or None "
+            f"for no aging), not {type(seconds).__name__}"
+        )
+    if not 0 < seconds <= AGING_MAX:
+        raise OutOfRange(
+            f"queue {queue!r}: priority_aging must be more than 0 and at most {AGING_MAX:g} "
+            f"seconds per step (or None for no aging), not {seconds!r}"
+        )
+    return float(seconds)
 
 
 def check_limits(
@@ -106,6 +129,7 @@ def declare_queue(
     rate_limit: str | None = None,
     group_rate_limit: str | None = None,
     ordered: bool = False,
+    priority_aging: float | None = None,
 ) -> QueueConfig:
     check_limits(name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered)
     config = QueueConfig(
@@ -115,6 +139,7 @@ def declare_queue(
         rate_limit,
         group_rate_limit,
         ordered,
+        check_aging(name, priority_aging),
     )
     queues[name] = config
     return config
@@ -141,13 +166,22 @@ class Registry:
         rate_limit: str | None = None,
         group_rate_limit: str | None = None,
         ordered: bool = False,
+        priority_aging: float | None = None,
     ) -> QueueConfig:
         """Declare a queue and its limits (stored in pgqueue.queues when a worker starts).
         rate_limit / group_rate_limit: "N/s", "N/m" or "N/h", at most N starts of the
         queue (of one group) in any such interval; ordered=True (with group_concurrency=1):
-        a group's runs start one after another in id order (docs/flow_control.md)."""
+        a group's runs start one after another in id order; priority_aging=S: a waiting
+        run's priority improves by one step every S seconds (docs/flow_control.md)."""
         return declare_queue(
-            self.queues, name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered
+            self.queues,
+            name,
+            concurrency,
+            group_concurrency,
+            rate_limit,
+            group_rate_limit,
+            ordered,
+            priority_aging,
         )
 
     # -- tasks ----------------------------------------------------------------------------

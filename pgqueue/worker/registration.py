@@ -54,6 +54,9 @@ def register(
                     **rate_params("group_rate", parse_rate("group_rate_limit", q.group_rate_limit)),
                 },
             )
+            conn.execute(
+                _sql.query("set_priority_aging"), {"queue": q.name, "aging": q.priority_aging}
+            )
         conn.execute(
             _sql.query("register_worker"),
             {

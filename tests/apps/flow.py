@@ -63,3 +63,13 @@ def hit(group: str | None, n: int, scope: str | None = None, seconds: float = 0)
         raise pgqueue.RetryAfter(seconds, scope=scope)
     time.sleep(0.02)
     return n
+
+
+# Priority aging (tests/worker/test_aging.py): a step every 0.1 s.
+app.queue("aging", priority_aging=0.1)
+
+
+@app.task(name="flow.aged", queue="aging")
+def aged(n: int) -> int:
+    time.sleep(0.05)
+    return n
