@@ -322,3 +322,18 @@ def test_a_backoff_says_when_to_claim_again(conn: psycopg.Connection[Any]) -> No
     assert 8.5 < scalar_conn(conn, _sql.query("rate_open_at"), {"queue": "q"}) <= 9
     conn.execute("UPDATE pgqueue.queues SET backoff_until = NULL, group_backoff_until = NULL")
     assert conn.execute(_sql.query("rate_open_at"), {"queue": "q"}).fetchall() == []
+
+
+def test_the_dashboards_queue_page_shows_the_backoffs(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    pytest.importorskip("starlette")  # the dashboard's extra
+    from tests.dashboard.test_routes import client
+
+    _retry_after(conn, *_running(conn, "q", "g"), 600, "group")
+    _retry_after(conn, *_running(conn, "q", "h"), 300, "queue")
+    with client(dsn) as web:
+        page = web.get("/queues/q").text
+    assert 'id="backoff"' in page and "backed off until (RetryAfter)" in page
+    assert 'id="group-backoffs"' in page and "g until " in page
+    assert "Resume queue" in page
