@@ -4,7 +4,7 @@
 -- backoffs in force (RetryAfter(scope="queue" | "group"): the 20 that end last).
 SELECT %(queue)s::text AS queue,
        coalesce(q.paused, false) AS paused, q.concurrency, q.group_concurrency,
-       q.name IS NOT NULL AS configured,
+       q.name IS NOT NULL AS configured, q.priority_aging,
        CASE WHEN q.backoff_until > now() THEN q.backoff_until END AS backoff_until,
        ARRAY(SELECT b.group_key FROM pgqueue.group_backoffs b
               WHERE b.queue = %(queue)s AND b.until > now()

@@ -324,7 +324,7 @@ def test_a_backoff_says_when_to_claim_again(conn: psycopg.Connection[Any]) -> No
     assert conn.execute(_sql.query("rate_open_at"), {"queue": "q"}).fetchall() == []
 
 
-def test_the_dashboards_queue_page_shows_the_backoffs(
+def test_the_dashboards_queue_page_shows_the_backoffs_and_the_aging(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     pytest.importorskip("starlette")  # the dashboard's extra
@@ -332,8 +332,10 @@ def test_the_dashboards_queue_page_shows_the_backoffs(
 
     _retry_after(conn, *_running(conn, "q", "g"), 600, "group")
     _retry_after(conn, *_running(conn, "q", "h"), 300, "queue")
+    conn.execute("UPDATE pgqueue.queues SET priority_aging = 60 WHERE name = 'q'")
     with client(dsn) as web:
         page = web.get("/queues/q").text
     assert 'id="backoff"' in page and "backed off until (RetryAfter)" in page
     assert 'id="group-backoffs"' in page and "g until " in page
     assert "Resume queue" in page
+    assert 'id="aging"' in page and "priority aging, per step" in page
