@@ -21,6 +21,7 @@ HIGH_LIMIT_QUEUE = "feat_limited_hi"  # concurrency 1000: never binds for 50-100
 GROUPS_QUEUE = "feat_groups"  # group_concurrency 1: claim_limited
 RATED_QUEUE = "feat_rated"  # a rate limit never reached: claim_rated.sql (bench/rates.py)
 WEIGHTED_QUEUE = "feat_weighted"  # HIGH_LIMIT_QUEUE with group weights (bench/rates.py)
+AGING_QUEUE = "feat_aging"  # priority aging: claim.sql, and the aging pass (bench/rates.py)
 TASK_QUEUE = "feat_task"
 WORKFLOW_QUEUE = "feat_wf"
 
@@ -28,6 +29,7 @@ QUEUE_LIMIT = 50
 HIGH_LIMIT = 1000
 GROUP_LIMIT = 1
 RATE_LIMIT = "1000000/s"
+AGING = 1.0  # seconds per step: every queued run moves at every pass of the drain
 
 app.queue(LIMITED_QUEUE, concurrency=QUEUE_LIMIT)
 app.queue(HIGH_LIMIT_QUEUE, concurrency=HIGH_LIMIT)
@@ -36,6 +38,7 @@ app.queue(RATED_QUEUE, rate_limit=RATE_LIMIT)
 # the groups bench.features.load(..., groups=3) writes, weighted 3:2:1
 WEIGHTS = {"g0000": 3, "g0001": 2, "g0002": 1}
 app.queue(WEIGHTED_QUEUE, concurrency=HIGH_LIMIT, group_weights=WEIGHTS)
+app.queue(AGING_QUEUE, priority_aging=AGING)
 
 STEPS = 4
 

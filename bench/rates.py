@@ -1,17 +1,20 @@
-"""Benchmark: the claim of a queue with a rate limit it never reaches, against a queue
-without limits (docs/flow_control.md: what a rate limit costs its queue's claim).
+"""Benchmark: the claim of a queue with a rate limit it never reaches, and of a queue with
+priority aging, against a queue without limits (docs/flow_control.md: what a rate limit
+and aging cost their queue's claim).
 
     python -m bench.rates --repeat 5 --runs 10000 --concurrency 50
 
 Each round drains n queued async no-op runs of (a) a queue without limits (claim.sql),
 (r) a queue with rate_limit 1000000/s (claim_rated.sql: claim.sql's scans under the
 queue's row lock, the rate log read and written by every claim) and (b2) a queue with
-concurrency 1000, never reached (claim_limited(), for reference), and the weighted claim
+concurrency 1000, never reached (claim_limited(), for reference), the weighted claim
 against the plain limited one: (b3) the (b2) queue with its runs in 3 groups, (w) the
-same with group weights 3:2:1 (claim_limited()'s stride scheduling), in a shuffled order,
+same with group weights 3:2:1 (claim_limited()'s stride scheduling), and (g) a queue
+with priority_aging 1 s (claim.sql, while the workers' aging pass moves every queued
+run one step each second: its worst case), in a shuffled order,
 each in a fresh scratch database, with one worker process (bench.features.drain).
-Throughput = n / (max(finished_at) - min(started_at)); the ratios (r)/(a), (b2)/(a) and
-(w)/(b3) are taken within each round, and the report gives their medians over the rounds.
+Throughput = n / (max(finished_at) - min(started_at)); the ratios (r)/(a), (b2)/(a), (g)/(a)
+and (w)/(b3) are taken within each round, and the report gives their medians over the rounds.
 Also the SQL alone: claim and complete on one connection (bench.features.drain_sql).
 """
 
@@ -31,7 +34,7 @@ from bench.common import DEFAULT_SERVER, ROOT, Figure, Scratch, fmt, write_repor
 from bench.features import configure, drain, drain_sql, load
 from bench.run import machine
 
-RATIO_TARGET = 0.85  # a rate limit not reached: at least 0.85x the unlimited claim;
+RATIO_TARGET = 0.85  # a rate limit not reached, aging: at least 0.85x the unlimited claim;
 # group weights: at least 0.85x the plain limited claim of the same groups
 # key: (queue, label, groups the runs are spread over)
 CONFIGS = {
@@ -40,11 +43,12 @@ CONFIGS = {
     "b2": (fa.HIGH_LIMIT_QUEUE, f"(b2) concurrency {fa.HIGH_LIMIT}, never reached", 0),
     "b3": (fa.HIGH_LIMIT_QUEUE, f"(b3) concurrency {fa.HIGH_LIMIT}, 3 groups", 3),
     "w": (fa.WEIGHTED_QUEUE, f"(w) concurrency {fa.HIGH_LIMIT}, 3 groups weighted 3:2:1", 3),
+    "g": (fa.AGING_QUEUE, f"(g) priority_aging {fa.AGING:g} s", 0),
 }
 # ratio -> the configuration it compares with
-RATIOS = {"r": "a", "b2": "a", "w": "b3"}
+RATIOS = {"r": "a", "b2": "a", "w": "b3", "g": "a"}
 QUERIES = {"a": "claim", "r": "claim_rated", "b2": "claim_limited", "b3": "claim_limited",
-           "w": "claim_limited"}  # fmt: skip
+           "w": "claim_limited", "g": "claim"}  # fmt: skip
 
 
 def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]:
@@ -54,7 +58,7 @@ def rates(ctx: Context, *, n: int, concurrency: int, cap: float) -> list[Figure]
         k: Figure(
             f"ratio {CONFIGS[k][1]} / ({base})",
             f"x ({base})",
-            target=RATIO_TARGET if k in ("r", "w") else None,
+            target=RATIO_TARGET if k in ("r", "w", "g") else None,
             command=ctx.command,
         )
         for k, base in RATIOS.items()

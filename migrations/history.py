@@ -18,7 +18,7 @@ VERSIONS = Path(__file__).parent / "versions"
 # functions/NAME -> the revisions that changed its text (to need that revision's schema,
 # or to behave differently), oldest first; the text before each is pre<REVISION>_<NAME>.sql
 CHANGED_BY: dict[str, tuple[str, ...]] = {
-    "functions/claim_limited": ("0029",),
+    "functions/claim_limited": ("0029", "0031"),
     "functions/enqueue": ("0028",),
     "functions/enqueue_unique": ("0028", "0030"),
 }

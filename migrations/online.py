@@ -14,6 +14,9 @@ enqueue waits for, and the exclusive locks are held for a moment, not for a scan
   invalid leftover of an interrupted build.
 - drop_index(): DROP INDEX CONCURRENTLY: it waits for the transactions that use the index,
   and none waits for it.
+- add_column(): ADD COLUMN (nullable, no default: no rewrite) in a transaction of its
+  own, so that the revision never holds one busy table's lock while it waits for
+  another's (claims lock queues then runs, enqueues runs then queues: a cycle).
 
 Each step is safe to run again: a revision whose lock wait timed out is tried again from
 its start (pgqueue.db.migrate.upgrade) after some of its steps have committed. The steps
@@ -32,9 +35,20 @@ from alembic import op
 
 from pgqueue.db.migrate import DDL_LOCK_TIMEOUT
 
-__all__ = ["backfill", "create_index", "drop_index", "set_not_null", "validate"]
+__all__ = ["add_column", "backfill", "create_index", "drop_index", "set_not_null", "validate"]
 
 BATCH = 10_000
+
+
+def add_column(table: str, column: str) -> None:
+    """ALTER TABLE `table` ADD COLUMN IF NOT EXISTS `column` ("name type", nullable and
+    without a default), committed on its own under the revision's lock timeout."""
+    statement = f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
+    if op.get_context().as_sql:
+        op.execute(statement)
+        return
+    with op.get_context().autocommit_block():
+        op.execute(statement)
 
 
 def backfill(table: str, assignments: str, condition: str) -> None:

@@ -80,10 +80,19 @@ class RunCanceled(PgQueueError):
         super().__init__(f"run {run.id} ({run.task}) was canceled")
 
 
-class RetryAfter(Exception):
-    """Raise from a task to run it again after `seconds` without using an attempt."""
+BACKOFF_SCOPES = ("run", "group", "queue")
 
-    def __init__(self, seconds: float, reason: str = "") -> None:
+
+class RetryAfter(Exception):
+    """Raise from a task to run it again after `seconds` without using an attempt.
+
+    `scope="group"`: no other run of its group (its `group_key`) starts before then
+    either, on any worker; `scope="queue"`: no run of its queue. A longer backoff already
+    in force stays. `pgqueue queues resume QUEUE` lifts them (docs/flow_control.md)."""
+
+    def __init__(self, seconds: float, reason: str = "", *, scope: str = "run") -> None:
+        if scope not in BACKOFF_SCOPES:
+            raise ValueError(f"RetryAfter scope must be 'run', 'group' or 'queue', not {scope!r}")
         # math.inf: no due time (the run stays scheduled at the latest due time, until
         # canceled); any other value must give a due time the database can store
         # (docs/security.md, Input limits)
@@ -93,6 +102,7 @@ class RetryAfter(Exception):
                 f"not {seconds!r}"
             )
         self.seconds = float(seconds)
+        self.scope = scope
         super().__init__(reason or f"retry after {seconds:g}s")
 
 

@@ -1,7 +1,8 @@
 -- Claim up to `limit` queued runs of one queue WITHOUT limits for this worker, in
 -- priority then FIFO order, under a fresh lease. Reads only runs_claim_idx; SKIP LOCKED
--- lets many workers claim at once without waiting on each other. A paused queue, or one
--- that has limits (those go through claim_limited), yields nothing.
+-- lets many workers claim at once without waiting on each other. A paused queue, one
+-- backed off (RetryAfter(scope="queue")), or one that has limits (those go through
+-- claim_limited, and so does a queue with a group backoff), yields nothing.
 -- The claim commits asynchronously (synchronous_commit off for this transaction only): it
 -- does not wait for its WAL flush. WAL is flushed in order, so the attempt's outcome (or
 -- any step, child run or enqueue it writes), which does wait, makes the claim durable
@@ -23,7 +24,8 @@
 WITH open AS (
     SELECT NOT EXISTS (SELECT 1 FROM pgqueue.queues q
                         WHERE q.name = %(queue)s
-                          AND (q.paused OR {{queue_has_limits}})) AS yes
+                          AND (q.paused OR q.backoff_until > now()
+                               OR {{queue_has_limits}})) AS yes
 ),
 ahead AS (
     SELECT ctid FROM pgqueue.runs

@@ -1,7 +1,8 @@
 -- Claim up to `limit` queued runs of a queue whose only limit is a queue-level rate limit
 -- (rate_limit; no concurrency, group limits or ordering: those go through
 -- claim_limited()), in priority then FIFO order, as claim.sql does, and no more than
--- the rate limit leaves in its period. The queue's row lock makes claimers of the queue
+-- the rate limit leaves in its period. A queue backed off (RetryAfter(scope="queue")),
+-- or with a group backoff in force (claim_limited() claims it meanwhile), yields nothing. The queue's row lock makes claimers of the queue
 -- take turns: `q` waits for it, then reads the row's newest version (READ COMMITTED
 -- rechecks a locked row), so the rate log it counts includes every claim before it.
 -- `room` is evaluated after the lock: its clock stamps this claim's starts, in lock
@@ -26,11 +27,11 @@
 -- (docs/flow_control.md). Without its comments the text must stay under psycopg's
 -- cached length (pgqueue/_sql.py).
 WITH q AS (
-    SELECT q.rate_limit, q.rate_period, q.rate_slots, q.rate_counts
+    SELECT rate_limit, rate_period, rate_slots, rate_counts
       FROM pgqueue.queues q
-     WHERE q.name = %(queue)s AND NOT q.paused AND q.rate_limit IS NOT NULL
-       AND q.concurrency IS NULL AND q.group_concurrency IS NULL
-       AND q.group_rate_limit IS NULL AND NOT q.ordered
+     WHERE name = %(queue)s AND NOT paused AND rate_limit IS NOT NULL
+       AND (concurrency, group_concurrency, group_rate_limit) IS NULL AND NOT ordered
+       AND greatest(backoff_until, group_backoff_until, now()) <= now()
        FOR UPDATE
 ),
 room AS (
@@ -41,12 +42,14 @@ room AS (
                            FROM unnest(c.rate_slots, c.rate_counts) AS l(slot, n)
                           WHERE l.slot >= c.stamp - c.rate_period * interval '1 second') u
 ),
+-- the room as a LIMIT: 0 when the queue's row was not taken
+lim AS (SELECT coalesce(max(n), 0) AS n FROM room),
 ahead AS (
     SELECT ctid FROM pgqueue.runs
     WHERE state = 'queued' AND queue = %(queue)s
       AND priority < %(after_priority)s
     ORDER BY priority, id
-    LIMIT (SELECT coalesce(max(n), 0) FROM room)
+    LIMIT (SELECT n FROM lim)
     FOR UPDATE SKIP LOCKED
 ),
 onward AS (
@@ -54,7 +57,7 @@ onward AS (
     WHERE state = 'queued' AND queue = %(queue)s
       AND (priority, id) > (%(after_priority)s, %(after_id)s)
     ORDER BY priority, id
-    LIMIT (SELECT coalesce(max(n), 0) FROM room)
+    LIMIT (SELECT n FROM lim)
     FOR UPDATE SKIP LOCKED
 ),
 behind AS (
@@ -63,14 +66,14 @@ behind AS (
       AND (priority, id) >= (%(after_priority)s, 0)
       AND (priority, id) <= (%(after_priority)s, %(after_id)s)
     ORDER BY priority, id
-    LIMIT (SELECT coalesce(max(n), 0) FROM room)
+    LIMIT (SELECT n FROM lim)
     FOR UPDATE SKIP LOCKED
 ),
 picked AS (
     SELECT ctid FROM ahead
     UNION ALL SELECT ctid FROM onward
     UNION ALL SELECT ctid FROM behind
-    LIMIT (SELECT coalesce(max(n), 0) FROM room)
+    LIMIT (SELECT n FROM lim)
 ),
 claimed AS (
     UPDATE pgqueue.runs r

@@ -24,6 +24,7 @@ PUBLIC = {
     *("prune", "purge_queue", "queue", "queue_summary", "queues", "registry"),
     *("resume_schedule", "retry", "retry_where", "run_errors", "run_steps", "schedule"),
     *("schedules", "served_queues", "set_limits", "set_paused", "sync_wrappers", "task"),
+    *("lift_group_backoff", "run_backoffs", "set_priority_aging"),
     *("tasks", "tracing", "trigger_schedule", "worker", "workflow", "wrap_sync"),
 }
 

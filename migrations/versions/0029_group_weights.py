@@ -15,8 +15,7 @@ Revises: 0028
 from pathlib import Path
 
 from alembic import op
-
-from pgqueue.db import sql as _sql
+from pgqueue.migrations import history
 
 revision = "0029"
 down_revision = "0028"
@@ -26,7 +25,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(Path(__file__).with_suffix(".sql").read_text())
-    op.execute(_sql.definition("functions/claim_limited"))
+    op.execute(history.definition("functions/claim_limited", revision))
 
 
 def downgrade() -> None:

@@ -9,14 +9,14 @@ unindexed filters do (docs/dashboard.md). A database that wants them exact at an
 builds it again; this revision runs once, so it does not drop one built after it.
 
 Revision ID: 0032
-Revises: 0030
+Revises: 0031
 """
 
 from alembic import op  # noqa: F401  (every revision has one: tests record through it)
 from pgqueue.migrations import online
 
 revision = "0032"
-down_revision = "0030"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 

@@ -8,6 +8,7 @@ import click
 
 from pgqueue.cli import _bulk
 from pgqueue.cli._common import db_options, echo_json, json_option, open_app, recorded, table
+from pgqueue.errors import UserError
 from pgqueue.ops.bulk import DEFAULT_BATCH, purge_filter
 from pgqueue.tasks.rates import KEEP, Keep
 
@@ -114,7 +115,32 @@ def _pause_command(name: str, paused: bool) -> None:
 
 
 _pause_command("pause", True)
-_pause_command("resume", False)
+
+
+@queues.command("resume")
+@db_options
+@click.argument("queue")
+@click.option(
+    "--group",
+    metavar="KEY",
+    help="Lift only the backoff of group KEY (RetryAfter(scope='group')); the queue's "
+    "pause and other backoffs stay.",
+)
+def queues_resume(dsn: str | None, embedded: bool, queue: str, group: str | None) -> None:
+    """Let workers claim from QUEUE again: lifts its pause and its backoffs (those of
+    RetryAfter(scope='queue') and of every group, scope='group')."""
+    app = open_app(dsn, embedded)
+    if group is not None:
+        lifted = app.lift_group_backoff(queue, group)
+        recorded(app, "resume", target={"queue": queue, "group": group})
+        if lifted:
+            click.echo(f"group {group} of queue {queue}: backoff lifted")
+        else:
+            click.echo(f"group {group} of queue {queue} was not backed off")
+        return
+    app.set_paused(queue, False)
+    recorded(app, "resume", target={"queue": queue})
+    click.echo(f"queue {queue} resumed")
 
 
 @queues.command("purge")
@@ -181,6 +207,12 @@ def queues_purge(dsn: str | None, embedded: bool, queue: str, yes: bool) -> None
     is_flag=True,
     help="Forget every group weight: groups take plain turns again.",
 )
+@click.option(
+    "--priority-aging",
+    metavar="SECONDS",
+    help="Move a waiting run's priority one step up every SECONDS it waits (0 or none: no "
+    "aging; waiting runs get their own priority back).",
+)
 def queues_set(
     dsn: str | None,
     embedded: bool,
@@ -194,6 +226,7 @@ def queues_set(
     default_group_weight: int | None,
     clear_group_weight: tuple[str, ...],
     no_group_weights: bool,
+    priority_aging: str | None,
 ) -> None:
     """Change QUEUE's cluster-wide limits now (workers apply them to their next claim).
     Limits not given keep their values."""
@@ -201,6 +234,7 @@ def queues_set(
     weighing = bool(pairs or clear_group_weight or no_group_weights)
     weighing = weighing or default_group_weight is not None
     app = open_app(dsn, embedded)
+    aging = _aging_option(priority_aging)
     current = {q["queue"]: q for q in app.queue_summary()}.get(queue, {})
     new_c = current.get("concurrency") if concurrency is None else (concurrency or None)
     new_g = (
@@ -230,6 +264,8 @@ def queues_set(
     )
     if weights:
         app.set_group_weights(queue, weights, default_group_weight=default)
+    if not isinstance(aging, Keep):
+        app.set_priority_aging(queue, aging)
     now = {q["queue"]: q for q in app.queue_summary()}[queue]
     given = {
         "concurrency": concurrency,
@@ -241,6 +277,7 @@ def queues_set(
         "default_group_weight": default_group_weight,
         "clear_group_weight": list(clear_group_weight) or None,
         "no_group_weights": no_group_weights or None,
+        "priority_aging": priority_aging,
     }
     recorded(
         app, "limits", target={"queue": queue} | {k: v for k, v in given.items() if v is not None}
@@ -256,7 +293,22 @@ def queues_set(
             if now["group_weights"]
             else ""
         )
+        + ("" if aging is None or isinstance(aging, Keep) else f", priority_aging {aging:g}s")
     )
+
+
+def _aging_option(value: str | None) -> float | Keep | None:
+    """--priority-aging's value: not given keeps the stored one, 0 or none removes it."""
+    if value is None:
+        return KEEP
+    if value.strip().lower() in ("0", "none"):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(
+            f"--priority-aging must be seconds per step (a number, 0 or none), not {value!r}"
+        ) from None
 
 
 def _rate_option(value: str | None) -> str | Keep | None:

@@ -69,6 +69,20 @@ def runs_list(
 OPTIONAL_FIELDS = ("progress", "cancel_reason", "after", "on_dependency_failure")
 
 
+def backoff_text(b: dict[str, Any]) -> str:
+    """A backoff of run_backoffs.sql for people, with what lifts it."""
+    at = b["until"]
+    until = "until resumed" if at.year >= 9999 else f"until {at:%Y-%m-%d %H:%M:%S %Z}"
+    queue = printable(b["queue"])
+    if b["scope"] == "queue":
+        return f"queue {queue} backed off {until} (pgqueue queues resume {queue})"
+    group = printable(b["group_key"])
+    return (
+        f"group {group} of queue {queue} backed off {until} "
+        f"(pgqueue queues resume {queue} --group {group})"
+    )
+
+
 @runs.command("show")
 @db_options
 @click.argument("run_id", type=int)
@@ -97,6 +111,8 @@ def runs_show(dsn: str | None, embedded: bool, run_id: int, as_json: bool) -> No
         click.echo(f"{key:>{width}}: {shown}")
     if run.waiting_for:  # a run held back by its dependencies (task.options(after=...))
         click.echo(f"\nwaiting for {run_ids_text(run.waiting_for)}")
+    for b in app.run_backoffs(run_id):  # RetryAfter(scope="queue" | "group")
+        click.echo(f"\nheld back: {backoff_text(b)}")
     if steps:
         click.echo("\nsteps:")
         for st in steps:

@@ -298,6 +298,12 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
         return {}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_sql.query("dashboard_why"), {"ids": ids}).fetchall()
+        backoffs = cur.execute(_sql.query("run_backoffs"), {"ids": ids}).fetchall()
+    by_id = {r["id"]: r for r in rows}
+    for b in backoffs:  # why.backoff_reasons
+        row = by_id.get(b["id"])
+        if row is not None:
+            row["group_backoff_until" if b["scope"] == "group" else "backoff_until"] = b["until"]
     deep = [r for r in rows if r["ahead"] is not None and r["ahead"] >= why.AHEAD_EXACT]
     for row in deep[:MAX_ESTIMATES]:  # a planning each (about 0.3 ms)
         row["ahead_estimate"] = max(why.AHEAD_EXACT, ahead_estimate(conn, row))

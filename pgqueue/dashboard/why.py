@@ -59,6 +59,7 @@ def reasons(f: dict[str, Any]) -> list[str]:
             out.append("waiting" + until)
     if f["paused"]:
         out.append(f"queue {queue} is paused")
+    out += backoff_reasons(f)
     if f["live_workers"] == 0:
         out.append(f"no live worker serves queue {queue}")
     if f["state"] != RunState.QUEUED:
@@ -112,6 +113,28 @@ def reasons(f: dict[str, Any]) -> list[str]:
         )
     if not out:
         out.append("next in line: a worker claims it at its next claim")
+    return out
+
+
+def backoff_reasons(f: dict[str, Any]) -> list[str]:
+    """The backoffs in force on the run's queue and group (RetryAfter(scope=...))."""
+    out: list[str] = []
+    now: datetime = f["now"]
+    for until, what, lift in (
+        (f.get("backoff_until"), f"queue {f['queue']}", ""),
+        (
+            f.get("group_backoff_until"),
+            f"group {f['group_key']} of queue {f['queue']}",
+            f" --group {f['group_key']}",
+        ),
+    ):
+        if until is None or until <= now:
+            continue
+        when = "until resumed" if until.year >= FAR_FUTURE_YEAR else f"until {clock(until, now)}"
+        out.append(
+            f"{what} backed off {when} by a RetryAfter: nothing of it starts before "
+            f"(pgqueue queues resume {f['queue']}{lift} lifts it)"
+        )
     return out
 
 

@@ -51,6 +51,7 @@ WORKER_TABLES = {
     "audit": ("SELECT", "INSERT", "DELETE"),
     "events": DML,
     "finished_totals": ("SELECT", "INSERT", "UPDATE"),  # the tally adds to it
+    "group_backoffs": DML,  # RetryAfter(scope="group") adds them; a resume deletes them
     "group_rates": DML,
     "queues": ("SELECT", "INSERT", "UPDATE"),
     "run_errors": ("SELECT", "INSERT"),

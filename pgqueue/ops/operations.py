@@ -155,8 +155,33 @@ class Operator:
             return _inspect.rows(c, "busiest_groups", {"queue": queue, "limit": limit})
 
     def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume `queue`; a resume lifts its backoffs too (RetryAfter(scope=
+        "queue" | "group"))."""
         with self.database.connection() as c:
             _operator.set_paused(c, queue, paused)
+
+    def set_priority_aging(self, queue: str, seconds: float | None) -> None:
+        """Age `queue`'s waiting runs: one priority step up every `seconds` they wait
+        (None: no aging, and the waiting runs get their base priority back)."""
+        name = check_name("queue", queue)
+        aging = _registry.check_aging(name, seconds)
+        with self.database.connection() as c:
+            c.execute(_sql.query("set_priority_aging"), {"queue": name, "aging": aging})
+
+    def lift_group_backoff(self, queue: str, group: str) -> bool:
+        """Lift the backoff of group `group` of `queue` (RetryAfter(scope="group")): its
+        runs may start at once. False if none was in force."""
+        with self.database.connection() as c:
+            row = c.execute(
+                _sql.query("lift_group_backoff"), {"queue": queue, "group": group}
+            ).fetchone()
+        return bool(row and row[0])
+
+    def run_backoffs(self, run_id: int) -> list[dict[str, Any]]:
+        """The backoffs in force that hold run `run_id` back: its queue's (scope
+        "queue"), its group's (scope "group"), with `until`."""
+        with self.database.connection() as c:
+            return _inspect.rows(c, "run_backoffs", {"ids": [run_id]})
 
     def queue_summary(self) -> list[dict[str, Any]]:
         with self.database.connection() as c, c.transaction():

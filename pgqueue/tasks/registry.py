@@ -64,6 +64,29 @@ class QueueConfig:
     # group -> weight, sorted by group (a tuple: the config is frozen); None: no weights
     group_weights: tuple[tuple[str, int], ...] | None = None
     default_group_weight: int = 1
+    priority_aging: float | None = None  # seconds per priority step (docs/flow_control.md)
+
+
+# the longest priority_aging: a day per step (a wait of 180 years from 0 to -32768)
+AGING_MAX = 86400.0
+
+
+def check_aging(queue: str, seconds: float | None) -> float | None:
+    """`priority_aging` as stored: None (no aging) or seconds per step, more than 0 and at
+    most AGING_MAX; InvalidArguments or OutOfRange otherwise."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArguments(
+            f"queue {queue!r}: priority_aging must be seconds per step (a number, or None "
+            f"for no aging), not {type(seconds).__name__}"
+        )
+    if not 0 < seconds <= AGING_MAX:
+        raise OutOfRange(
+            f"queue {queue!r}: priority_aging must be more than 0 and at most {AGING_MAX:g} "
+            f"seconds per step (or None for no aging), not {seconds!r}"
+        )
+    return float(seconds)
 
 
 def check_limits(
@@ -163,6 +186,7 @@ def declare_queue(
     ordered: bool = False,
     group_weights: Mapping[str, int] | None = None,
     default_group_weight: int = 1,
+    priority_aging: float | None = None,
 ) -> QueueConfig:
     check_limits(name, concurrency, group_concurrency, rate_limit, group_rate_limit, ordered)
     weights = check_weights(
@@ -177,6 +201,7 @@ def declare_queue(
         ordered,
         weights,
         default_group_weight,
+        check_aging(name, priority_aging),
     )
     queues[name] = config
     return config
@@ -205,6 +230,7 @@ class Registry:
         ordered: bool = False,
         group_weights: Mapping[str, int] | None = None,
         default_group_weight: int = 1,
+        priority_aging: float | None = None,
     ) -> QueueConfig:
         """Declare a queue and its limits (stored in pgqueue.queues when a worker starts).
         rate_limit / group_rate_limit: "N/s", "N/m" or "N/h", at most N starts of the
@@ -212,7 +238,8 @@ class Registry:
         a group's runs start one after another in id order; group_weights={"gold": 3}
         (with concurrency or group_concurrency): while groups have runs waiting, their
         starts are proportional to their weights, default_group_weight for the groups not
-        named (docs/flow_control.md)."""
+        named; priority_aging=S: a waiting run's priority improves by one step every S
+        seconds (docs/flow_control.md)."""
         return declare_queue(
             self.queues,
             name,
@@ -223,6 +250,7 @@ class Registry:
             ordered,
             group_weights,
             default_group_weight,
+            priority_aging,
         )
 
     # -- tasks ----------------------------------------------------------------------------

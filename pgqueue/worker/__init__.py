@@ -47,6 +47,7 @@ from pgqueue.worker.defaults import SYNC_CONCURRENCY as SYNC_CONCURRENCY
 from pgqueue.worker.defaults import default_concurrency
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.maintenance import queue_depth
+from pgqueue.worker.maintenance.aging import PriorityAging
 from pgqueue.worker.maintenance.lease_keeper import LeaseClock, LeaseKeeper
 from pgqueue.worker.maintenance.loop_watch import LoopWatch
 from pgqueue.worker.maintenance.pruner import Pruner
@@ -376,6 +377,7 @@ class Worker:
             self.stager.run(),
             Scheduler(pool).run(),
             TallyKeeper(pool).run(),
+            PriorityAging(pool, self.queues).run(),
         ]
         if self.retention is not None:
             duties.append(Pruner(pool, self.retention).run())

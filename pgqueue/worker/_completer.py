@@ -152,9 +152,18 @@ class Completer:
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:
         params = complete_params(outcomes, self.worker_id)
+        backoffs = [o for o in outcomes if o.backoff is not None]
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_sql.query("complete"), params)
-            return {row[0] for row in await cur.fetchall()}
+            if not backoffs:
+                cur = await conn.execute(_sql.query("complete"), params)
+                return {row[0] for row in await cur.fetchall()}
+            # RetryAfter(scope="group" | "queue"): the backoffs of the runs written, in
+            # the transaction that writes them (back_off.sql)
+            async with conn.transaction():
+                cur = await conn.execute(_sql.query("complete"), params)
+                written = {row[0] for row in await cur.fetchall()}
+                await conn.execute(_sql.query("back_off"), back_off_params(backoffs, written))
+            return written
 
 
 def complete_params(outcomes: Iterable[Outcome], worker_id: UUID) -> dict[str, Any]:
@@ -196,6 +205,13 @@ def complete_params(outcomes: Iterable[Outcome], worker_id: UUID) -> dict[str, A
         "outcomes": document(others),
         "worker_id": worker_id,
     }
+
+
+def back_off_params(backoffs: Iterable[Outcome], written: set[int]) -> dict[str, Any]:
+    """back_off.sql's parameters: the runs written whose outcome backs off their group
+    or queue, and the scope of each."""
+    done = [o for o in backoffs if o.id in written]
+    return {"ids": [o.id for o in done], "scopes": [o.backoff for o in done]}
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode

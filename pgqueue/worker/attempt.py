@@ -177,9 +177,7 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
         held.lost = True
         return None
     if isinstance(exc, RetryAfter):
-        if exc.seconds <= 0:
-            return Outcome(held.id, held.lease_token, QUEUED, refund=True)
-        return Outcome(held.id, held.lease_token, SCHEDULED, delay=exc.seconds, refund=True)
+        return retry_after(held, exc, task)
     if isinstance(exc, (NonRetryable, InvalidArguments, ValidationError)):
         # Deterministic failures: another attempt would fail the same way.
         return failure(held, "non_retryable", exc, retry=None)
@@ -189,6 +187,24 @@ def raised(held: Held, task: Task[Any, Any], exc: BaseException) -> Outcome | No
         held.stop()
         return failure(held, "timeout", exc, retry=task.retry, with_traceback=False)
     return failure(held, "error", exc, retry=task.retry)
+
+
+def retry_after(held: Held, exc: RetryAfter, task: Task[Any, Any]) -> Outcome:
+    """The run again after exc.seconds, its attempt given back; with scope "group" or
+    "queue", its group or queue backed off until then (complete.sql). A group backoff of a
+    run without a group is a mistake in the task: an error, retried as any other."""
+    if exc.scope == "group" and not held.row.group_key:  # a claim gives "" for none
+        message = (
+            f"RetryAfter(scope='group') in run {held.id} of task {held.row.task}, which has "
+            "no group: give the task a group= or raise RetryAfter(scope='queue')"
+        )
+        return failure(held, "error", message, retry=task.retry)
+    if exc.seconds <= 0:
+        return Outcome(held.id, held.lease_token, QUEUED, refund=True)
+    backoff = None if exc.scope == "run" else exc.scope
+    return Outcome(
+        held.id, held.lease_token, SCHEDULED, delay=exc.seconds, refund=True, backoff=backoff
+    )
 
 
 def _ours(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -127,6 +127,7 @@ def outcome_fields(outcome: Outcome) -> dict[str, Any]:
         "wait_since": _iso(outcome.wait_since),
         "wait_run_id": outcome.wait_run_id,
         "wake_at": _iso(outcome.wake_at),
+        "backoff": outcome.backoff,
     }
 
 

@@ -318,7 +318,7 @@ class Producer:
         if marked:
             params |= self.marks.start(queue)
         rows = await semaphores.claim(conn, queue, params, query)
-        if len(rows) < limit and queue in self.limits.rated:
+        if len(rows) < limit and queue in self.limits.wakes:
             self._wake_in(await semaphores.rate_open_in(conn, queue))
         if marked:
             self.marks.landed(queue, rows)
@@ -342,8 +342,8 @@ class Producer:
         return claimed
 
     def _wake_in(self, seconds: float | None) -> None:
-        """Claim again once a rate limit lets a run start (rather than at the next poll,
-        and without spinning before that): one timer, the earliest asked for."""
+        """Claim again once a rate limit or a backoff lets a run start (rather than at the
+        next poll, and without spinning before that): one timer, the earliest asked for."""
         if seconds is None:
             return
         loop = asyncio.get_running_loop()

@@ -82,5 +82,6 @@ class Outcome:
     wait_since: datetime | None = None
     wait_run_id: int | None = None
     wake_at: datetime | None = None  # a durable wait's end, exactly (else now() + delay)
+    backoff: str | None = None  # RetryAfter's scope "group" or "queue": backs it off too
     # the exception of a failed attempt, for app.tracing (error reporters); never written
     exception: BaseException | None = None

@@ -46,6 +46,9 @@ def register(
         check_privileges(conn)
         for q in declared:
             conn.execute(_sql.query("configure_queue"), configure_params(q))
+            conn.execute(
+                _sql.query("set_priority_aging"), {"queue": q.name, "aging": q.priority_aging}
+            )
         conn.execute(
             _sql.query("register_worker"),
             {

@@ -83,8 +83,8 @@ async def claim(
 
 
 async def rate_open_in(conn: AsyncConnection[Any], queue: str) -> float | None:
-    """Seconds until a rate limit lets `queue` start a run again, as its last claim found
-    (None: no rate limit holds it back)."""
+    """Seconds until `queue` may start a run again: a rate limit opens (as its last claim
+    found), its backoff or the first of its group backoffs ends (None: none holds it)."""
     cur = await conn.execute(_sql.query("rate_open_at"), {"queue": queue})
     row = await cur.fetchone()
     return None if row is None or row[0] is None else max(0.0, float(row[0]))

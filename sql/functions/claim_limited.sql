@@ -89,6 +89,10 @@ BEGIN
     IF NOT FOUND OR q.paused THEN
         RETURN;
     END IF;
+    -- Backoff (RetryAfter(scope="queue")): nothing of the queue starts before it ends.
+    IF q.backoff_until > now() THEN
+        RETURN;
+    END IF;
     stamp := clock_timestamp();
     q_period := q.rate_period * interval '1 second';
     g_period := q.group_rate_period * interval '1 second';
@@ -172,6 +176,21 @@ BEGIN
              WHERE r.id = ANY (ARRAY(SELECT u.id FROM pgqueue.runs u
                                       WHERE u.state = 'queued' AND u.queue = p_queue
                                         AND NOT u.limited
+                                        -- Backoff: a queue without limits is claimed
+                                        -- here while a group backoff holds (its runs
+                                        -- are not flagged at enqueue); the runs of a
+                                        -- group backed off are left out, so that the
+                                        -- other groups' runs come in behind them.
+                                        -- A scalar subquery: a probe of the primary
+                                        -- key per run (NOT EXISTS hashes the table).
+                                        AND (q.group_backoff_until IS NULL
+                                             OR q.group_backoff_until <= stamp
+                                             OR coalesce(
+                                                 (SELECT b.until
+                                                    FROM pgqueue.group_backoffs b
+                                                   WHERE b.queue = p_queue
+                                                     AND b.group_key = u.group_key),
+                                                 '-infinity') <= stamp)
                                       ORDER BY u.priority, u.id LIMIT 1000));
             IF FOUND THEN
                 hid := 0;
@@ -335,6 +354,15 @@ BEGIN
                                     (SELECT min(u.s) FROM unnest(g_slots) AS u(s)
                                       WHERE u.s >= stamp - g_period) + g_period);
                             END IF;
+                        END IF;
+                        -- Backoff (RetryAfter(scope="group")): a group backed off has
+                        -- no room until its backoff ends. Probed (primary key) only
+                        -- while the queue's latest group backoff is in the future.
+                        IF q.group_backoff_until > stamp
+                           AND EXISTS (SELECT 1 FROM pgqueue.group_backoffs b
+                                        WHERE b.queue = p_queue AND b.group_key = k
+                                          AND b.until > stamp) THEN
+                            room := 0;
                         END IF;
                         cap := cap || jsonb_build_object(k, room);
                     END IF;

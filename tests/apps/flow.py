@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import psycopg
+
 import pgqueue
 from tests.apps.basic import record
 
@@ -38,3 +40,36 @@ def step(ctx: pgqueue.Context, group: str, seq: int, seconds: float, fail_first:
         record(f"fail:{tag}", ctx.run_id)
         raise RuntimeError("first attempt fails")
     record(f"end:{tag}", ctx.run_id)
+
+
+# Backoffs (tests/worker/test_backoff.py): "backoffs" has no limits, "backoffs_capped" a
+# group concurrency; "bystanders" is another queue, which a backoff must not touch.
+app.queue("backoffs_capped", group_concurrency=5)
+
+
+def already(tag: str) -> bool:
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT 1 FROM effects WHERE tag = %s", (tag,)).fetchone()
+    return row is not None
+
+
+@app.task(name="flow.hit", queue="backoffs", group=lambda group, n, scope=None, seconds=0: group)
+def hit(group: str | None, n: int, scope: str | None = None, seconds: float = 0) -> int:
+    """With `scope`, the first attempt raises RetryAfter(seconds, scope=scope) (once per
+    group and n: the effects table remembers); every start is recorded."""
+    record(f"start:{group}:{n}")
+    if scope is not None and not already(f"backoff:{group}:{n}"):
+        record(f"backoff:{group}:{n}")
+        raise pgqueue.RetryAfter(seconds, scope=scope)
+    time.sleep(0.02)
+    return n
+
+
+# Priority aging (tests/worker/test_aging.py): a step every 0.1 s.
+app.queue("aging", priority_aging=0.1)
+
+
+@app.task(name="flow.aged", queue="aging")
+def aged(n: int) -> int:
+    time.sleep(0.05)
+    return n

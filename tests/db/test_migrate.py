@@ -100,6 +100,12 @@ def test_a_busy_table_makes_a_revision_wait_briefly_and_retry_not_the_claims(
                 "INSERT INTO pgqueue.runs (task, queue)"
                 " SELECT 't', 'q' FROM generate_series(1, 20000)"
             )
+            # this release's claim reads the backoff columns of 0031 (on queues, which
+            # 0022 does not lock): added ahead, as 0031 will (IF NOT EXISTS)
+            conn.execute(
+                "ALTER TABLE pgqueue.queues ADD COLUMN backoff_until timestamptz,"
+                " ADD COLUMN group_backoff_until timestamptz"
+            )
         claim = _sql.query("claim")
         params = {"queue": "q", "after_priority": -32768, "after_id": 0, "limit": 5}
         params |= {"worker_id": uuid.uuid4(), "lease_seconds": 30}
