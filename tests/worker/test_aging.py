@@ -37,7 +37,7 @@ def flow(dsn: str, conn: psycopg.Connection[Any]) -> pgqueue.App:
 def test_a_starved_run_starts_within_the_bound_under_a_stream_of_urgent_runs(
     dsn: str, flow: pgqueue.App
 ) -> None:
-    """One worker of 2 slots drains about 40 runs a second; a feeder enqueues 80 a second
+    """Two workers of 1 slot each drain about 40 runs a second; a feeder enqueues 80 a second
     of priority -10, so that without aging the backlog only grows and a run of priority
     0 never starts. With a step every 0.1 s, the run of priority 0 is ahead of every run
     enqueued more than (0 - -10 + 1) steps after it, once a pass of the aging duty
@@ -54,8 +54,11 @@ def test_a_starved_run_starts_within_the_bound_under_a_stream_of_urgent_runs(
 
     aged.options(priority=BEST).enqueue_many([(i,) for i in range(40)])
     feeder = threading.Thread(target=feed)
-    with WorkerProcess(dsn, APP, "--concurrency", "2", "--queues", "aging") as worker:
-        worker.wait_ready()
+    # two worker processes of one slot each: the aging duty runs in one at a time
+    one = ("--concurrency", "1", "--queues", "aging")
+    with WorkerProcess(dsn, APP, *one) as first, WorkerProcess(dsn, APP, *one) as second:
+        first.wait_ready()
+        second.wait_ready()
         feeder.start()
         try:
             time.sleep(1.0)  # a backlog of urgent runs, growing
