@@ -232,6 +232,13 @@ BEGIN
                                       WHERE u.s >= stamp - g_period) + g_period);
                             END IF;
                         END IF;
+                        -- Backoff, as in phase A below.
+                        IF q.group_backoff_until > stamp
+                           AND EXISTS (SELECT 1 FROM pgqueue.group_backoffs b
+                                        WHERE b.queue = p_queue AND b.group_key = k
+                                          AND b.until > stamp) THEN
+                            room := 0;
+                        END IF;
                         cap := cap || jsonb_build_object(k, room);
                     END IF;
                     CONTINUE WHEN (cap ->> k)::bigint - coalesce((used ->> k)::bigint, 0) <= 0;

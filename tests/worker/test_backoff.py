@@ -247,6 +247,27 @@ def test_the_claim_of_a_queue_with_group_backoffs_probes_them_by_key(
     assert "group_backoffs_pkey" in json.dumps(plans)
 
 
+def test_a_weighted_queue_skips_a_group_backed_off(conn: psycopg.Connection[Any]) -> None:
+    """Group weights (stride scheduling) share out the groups with room: a group backed
+    off has none until its backoff ends, whatever its weight."""
+    conn.execute("""
+        INSERT INTO pgqueue.queues (name, concurrency, group_weights, group_backoff_until)
+        VALUES ('w', 10, '{"a": 3}', now() + interval '1 hour');
+        INSERT INTO pgqueue.group_backoffs (queue, group_key, until)
+        VALUES ('w', 'a', now() + interval '1 hour');
+        INSERT INTO pgqueue.runs (task, queue, group_key, state, limited)
+        SELECT 't', 'w', (ARRAY['a', 'b'])[1 + i % 2], 'queued', true
+        FROM generate_series(1, 40) i;
+    """)
+    params = {"queue": "w", "limit": 10, "worker_id": WORKER, "lease_seconds": 30, "finishing": []}
+    got = conn.execute(_sql.query("claim_limited"), params).fetchall()
+    assert len(got) == 10 and {r[10] for r in got} == {"b"}
+    conn.execute("UPDATE pgqueue.group_backoffs SET until = now() - interval '1 s'")
+    conn.execute("UPDATE pgqueue.queues SET group_backoff_until = NULL, concurrency = 20")
+    got = conn.execute(_sql.query("claim_limited"), params).fetchall()
+    assert {r[10] for r in got} == {"a", "b"}
+
+
 def test_the_plain_claim_reads_a_backoff_from_the_queue_row(
     conn: psycopg.Connection[Any],
 ) -> None:
