@@ -1221,7 +1221,11 @@ FLOOR_ENQUEUE = (
     "WITH j AS (INSERT INTO jobs (task, i) VALUES (%s, %s) RETURNING id)"
     " SELECT pg_notify('jobs', '')"
 )
-FLOOR_LOAD = "INSERT INTO jobs (task, i) SELECT 'noop', g FROM generate_series(1, %s) AS g"
+# a bulk enqueue: the jobs and one NOTIFY (a worker already idle wakes, as for any enqueue)
+FLOOR_LOAD = (
+    "WITH j AS (INSERT INTO jobs (task, i) SELECT 'noop', g FROM generate_series(1, %s) AS g)"
+    " SELECT pg_notify('jobs', '')"
+)
 # The claim commits without waiting for its WAL flush, as pgqueue's claim does (a claim
 # lost in a crash leaves its jobs queued, to run again); the done mark waits for it.
 FLOOR_CLAIM = """
@@ -1264,7 +1268,7 @@ class FloorLib(Lib):
     loop (claim a batch of BATCH with SKIP LOCKED, run, mark done; LISTEN when idle) for
     the drains (process, two, deep, defaults: it has no options, so its defaults are
     this) and the pickup. It takes no bulk, chain or backlog step; its untimed loads
-    are one INSERT ... SELECT (FLOOR_LOAD)."""
+    are one INSERT ... SELECT and its NOTIFY (FLOOR_LOAD)."""
 
     steps: ClassVar[tuple[str, ...]] = ("single", "process", "two", "deep", "pickup", "defaults")
     aconn: Any = None
