@@ -197,6 +197,38 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICK
 
 
+def status_mb(pid: int, key: str) -> float:
+    """A memory figure of /proc/<pid>/status in MB: "VmRSS" (resident now) or "VmHWM"
+    (peak resident so far); 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (/proc/<pid>/task/*/children), those that still exist."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children") as f:
+                    todo += [int(x) for x in f.read().split()]
+            except FileNotFoundError:
+                continue
+    return out
+
+
 def cpu_mark() -> tuple[int, int]:
     """A mark for busy_since()."""
     return _cpu_ticks()

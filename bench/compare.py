@@ -22,8 +22,8 @@ libraries is shuffled per repeat. Per library and repeat:
    `Task.enqueue_many` (row bulk_sync);
 2. single enqueue: --single jobs, one call (one transaction) each (`Task.enqueue_async`,
    `Task.defer_async`, `Queries.enqueue`, `Worker.enqueue`, `AsyncClient.insert`,
-   `Chancy.push`, `DBOSClient.enqueue_async`); then pgqueue's sync `Task.enqueue`
-   (row single_sync);
+   `Chancy.push`, `DBOSClient.enqueue_async`, the floor's FLOOR_ENQUEUE); then
+   pgqueue's sync `Task.enqueue` (row single_sync);
 3. processing: one worker process started the way the library's docs show
    (`python -m pgqueue worker`, `procrastinate worker`, `pgq run`, `oban start`, and the
    worker programs of bench/peer_*.py), async no-op tasks; pgqueue, procrastinate and
@@ -81,9 +81,22 @@ running then (without it, pickup p99s ranged from 4.5 to 41 ms between repeats).
 pickup series has 1,000 pings, so that its p99 is the tenth-slowest ping, not a single
 outlier.
 
-`--libs pgqueue,pgqueuer,floor` adds the floor to the pickup step (FloorLib: a bare
-psycopg AsyncConnection INSERT+NOTIFY in the same kind of loop and a LISTEN-side claim,
-the least a pickup costs; it takes no other step).
+The floor (FloorLib; in the default --libs, or name it: `--libs pgqueue,pgqueuer,floor`)
+is the least the same work costs, written with bare psycopg against a table of its own
+(FLOOR_DDL: id, task, state, i; an index for queued jobs and one for running ones). It
+takes the single enqueue step (a bare psycopg AsyncConnection in the same long-lived
+loop, one autocommit statement per job: INSERT, NOTIFY, COMMIT in one round trip,
+FLOOR_ENQUEUE), every drain (process, two, deep, defaults: one worker process per
+floor_worker, claiming BATCH jobs at a time with `UPDATE ... WHERE id IN (SELECT ...
+FOR UPDATE SKIP LOCKED LIMIT 100) RETURNING`, committed without waiting for its WAL
+flush as pgqueue's claim is, marking them done with a second UPDATE, which waits,
+claiming again at once while work remains, waiting on LISTEN only when none is left;
+it has no options, so its defaults row is the same worker) and the pickup (the same
+worker, woken by the ping's NOTIFY). The summary and compare.json (`floor_ratios`) give
+pgqueue's rate over the floor's, per repeat and their median: single enqueue (target
+>= 0.95x), the deep drain at --concurrency 100 (target >= 0.6x, against the floor's
+one-process deep drain), the two out-of-the-box rows (reported) and the other drains
+(reported).
 `--only defaults,pickup` (say) runs just those steps (process implies bulk and single,
 whose jobs it drains).
 
@@ -1198,43 +1211,66 @@ class DbosLib(Lib):
 
 
 FLOOR_DDL = """
-CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, task text NOT NULL,
                    state text NOT NULL DEFAULT 'queued', i integer NOT NULL);
-CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued'
+CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued';
+CREATE INDEX jobs_running ON jobs (id) WHERE state = 'running'
 """
-# one statement in autocommit: the insert, and a NOTIFY sent when it commits
+# one statement in autocommit (one round trip): the insert, its NOTIFY, the commit
 FLOOR_ENQUEUE = (
-    "WITH j AS (INSERT INTO jobs (i) VALUES (%s) RETURNING id) SELECT pg_notify('jobs', '')"
+    "WITH j AS (INSERT INTO jobs (task, i) VALUES (%s, %s) RETURNING id)"
+    " SELECT pg_notify('jobs', '')"
 )
+# a bulk enqueue: the jobs and one NOTIFY (a worker already idle wakes, as for any enqueue)
+FLOOR_LOAD = (
+    "WITH j AS (INSERT INTO jobs (task, i) SELECT 'noop', g FROM generate_series(1, %s) AS g)"
+    " SELECT pg_notify('jobs', '')"
+)
+# The claim commits without waiting for its WAL flush, as pgqueue's claim does (a claim
+# lost in a crash leaves its jobs queued, to run again); the done mark waits for it.
 FLOOR_CLAIM = """
 UPDATE jobs SET state = 'running'
- WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id
-             FOR UPDATE SKIP LOCKED LIMIT 1)
-RETURNING i
+ WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id
+              FOR UPDATE SKIP LOCKED LIMIT %s)
+   AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+RETURNING id, task, i
 """
+FLOOR_DONE = "UPDATE jobs SET state = 'done' WHERE id = ANY(%s)"
 
 
 def floor_worker() -> None:
-    """The floor's worker (FloorLib): LISTEN, and on each batch of notifications claim
-    one job per notification on the same connection (one round trip each), then ping."""
+    """The floor's worker (FloorLib), one loop on one autocommit connection: claim up to
+    BATCH queued jobs (FLOOR_CLAIM: one UPDATE ... FOR UPDATE SKIP LOCKED), run them
+    (a ping's body sends its ping; a no-op does nothing), mark them done (FLOOR_DONE: a
+    second UPDATE, the outcome a real queue must record), and claim again at once while
+    jobs remain; with none left, wait on LISTEN for an enqueue's NOTIFY (psycopg keeps
+    those that arrive between two waits)."""
     with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as conn:
         conn.execute("LISTEN jobs")
         while True:
-            notes = sum(1 for _ in conn.notifies(stop_after=1))
-            for _ in range(notes):
-                row = conn.execute(FLOOR_CLAIM, prepare=True).fetchone()
-                if row is not None:
-                    _ping_back(row[0])
+            rows = conn.execute(FLOOR_CLAIM, (BATCH,), prepare=True).fetchall()
+            if not rows:
+                for _ in conn.notifies(stop_after=1):
+                    pass
+                continue
+            for _, task, i in rows:
+                if task == "ping":
+                    _ping_back(i)
+            conn.execute(FLOOR_DONE, ([row[0] for row in rows],), prepare=True)
 
 
 class FloorLib(Lib):
-    """The least an idle pickup can cost, for the pickup step only: a bare psycopg
-    AsyncConnection enqueue (one INSERT and its NOTIFY, one statement in autocommit) in
-    the same event loop as the others' calls, and a worker that claims on its LISTEN
-    connection with one UPDATE (floor_worker): the enqueue's commit, one NOTIFY delivery,
-    one claim round trip, and a ping."""
+    """The least a queue's work can cost, with bare psycopg and a table of its own
+    (FLOOR_DDL: the job, its state, an index each for queued and running jobs).
+    Enqueue: a bare psycopg AsyncConnection in the same event loop as the others'
+    calls, one statement in autocommit per job (FLOOR_ENQUEUE: INSERT, NOTIFY, COMMIT;
+    the single-enqueue step and the pickup pings). Worker: one process, floor_worker's
+    loop (claim a batch of BATCH with SKIP LOCKED, run, mark done; LISTEN when idle) for
+    the drains (process, two, deep, defaults: it has no options, so its defaults are
+    this) and the pickup. It takes no bulk, chain or backlog step; its untimed loads
+    are one INSERT ... SELECT and its NOTIFY (FLOOR_LOAD)."""
 
-    steps: ClassVar[tuple[str, ...]] = ("pickup",)
+    steps: ClassVar[tuple[str, ...]] = ("single", "process", "two", "deep", "pickup", "defaults")
     aconn: Any = None
 
     def install(self) -> None:
@@ -1251,8 +1287,46 @@ class FloorLib(Lib):
     def worker_cmd(self) -> list[str]:
         return [sys.executable, "-c", "from bench.compare import floor_worker; floor_worker()"]
 
+    async def asingle(self, n: int) -> float:
+        async def many(k: int) -> None:
+            for i in range(k):
+                await self.aconn.execute(FLOOR_ENQUEUE, ("noop", i), prepare=True)
+
+        await many(20)
+        return await _timed(n, lambda: many(n))
+
     async def aping(self, i: int) -> None:
-        await self.aconn.execute(FLOOR_ENQUEUE, (i,), prepare=True)
+        await self.aconn.execute(FLOOR_ENQUEUE, ("ping", i), prepare=True)
+
+    async def aload(self, n: int) -> None:
+        await self.aconn.execute(FLOOR_LOAD, (n,))
+
+    def unfinished_sql(self) -> str:
+        return (
+            "SELECT (SELECT count(*) FROM jobs WHERE state = 'queued')"
+            " + (SELECT count(*) FROM jobs WHERE state = 'running')"
+        )
+
+    def pending_sql(self) -> str:
+        # newest first, as for pgqueue: the claims take the oldest
+        return (
+            "SELECT (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id DESC LIMIT 1)"
+            " IS NOT NULL OR EXISTS (SELECT 1 FROM jobs WHERE state = 'running')"
+        )
+
+    def started_sql(self) -> str:
+        # the count only while nothing is running (before the first claim, mostly)
+        return (
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running')"
+            " OR (SELECT count(*) FROM jobs WHERE state = 'queued') < %(n)s"
+        )
+
+    def purge_sql(self) -> str:
+        # with the worker stopped, a running job is one it left (a capped drain's)
+        return "DELETE FROM jobs WHERE state IN ('queued', 'running')"
+
+    def vacuum(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("VACUUM (ANALYZE) jobs")
 
 
 CLASSES: dict[str, type[Lib]] = {
@@ -1773,6 +1847,53 @@ def markdown(results: dict[str, Samples], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+#: pgqueue's rows against the floor's: (pgqueue's row, the floor's row, label, target or
+#: None for a ratio only reported). Issue #42: single enqueue >= 0.95x the floor's, the
+#: drain at concurrency 100 >= 0.6x, and the ratio at defaults reported.
+FLOOR_RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
+    ("single", "single", "single enqueue (enqueue_async, one loop)", 0.95),
+    ("deep_c100", "deep", "drain, 60k queued, 1 worker, --concurrency 100", 0.6),
+    ("deep2_c100", "deep2", "drain, 60k queued, 2 workers, --concurrency 100", None),
+    ("defaults", "defaults", "drain out of the box (CLI, no options)", None),
+    ("defaults_api", "defaults", "drain out of the box (Python API, no options)", None),
+    ("process", "process", "drain, 1 worker, --concurrency 200", None),
+    ("deep", "deep", "drain, 60k queued, 1 worker, --concurrency 200", None),
+    ("process2", "process2", "drain, 2 workers, --concurrency 200", None),
+    ("deep2", "deep2", "drain, 60k queued, 2 workers, --concurrency 200", None),
+)
+
+
+def floor_ratios(results: dict[str, Samples]) -> list[dict[str, Any]]:
+    """pgqueue's rate over the floor's for each of FLOOR_RATIOS both measured: the ratio of
+    each repeat (the two in the same repeat) and their median; `verdict` PASS/FAIL
+    against the target, or INFO."""
+    ours, floor = results.get("pgqueue"), results.get("floor")
+    if ours is None or floor is None:
+        return []
+    out = []
+    for mine_key, floor_key, label, target in FLOOR_RATIOS:
+        mine, least = getattr(ours, mine_key), getattr(floor, floor_key)
+        per_repeat = [a / b for a, b in zip(mine, least, strict=False) if b]
+        if not per_repeat:
+            continue
+        ratio = statistics.median(per_repeat)
+        verdict = "INFO" if target is None else "PASS" if ratio >= target else "FAIL"
+        out.append(
+            {
+                "measure": label,
+                "pgqueue": mine_key,
+                "floor": floor_key,
+                "ratio": ratio,
+                "repeats": per_repeat,
+                "pgqueue_median": med(mine),
+                "floor_median": med(least),
+                "target": target,
+                "verdict": verdict,
+            }
+        )
+    return out
+
+
 def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
     """(target, measured, PASS/FAIL) for pgqueue against the better peer."""
     ours = results["pgqueue"]
@@ -1839,6 +1960,17 @@ def verdicts(results: dict[str, Samples]) -> list[tuple[str, str, str]]:
                     "INFO",
                 )
             )
+    for row in floor_ratios(results):
+        target = "" if row["target"] is None else f" >= {row['target']}x"
+        runs = " / ".join(f"{x:.2f}" for x in row["repeats"])
+        out.append(
+            (
+                f"{row['measure']}: pgqueue / floor (bare psycopg){target}",
+                f"{_f(row['pgqueue_median'])} vs {_f(row['floor_median'])} jobs/s;"
+                f" {row['ratio']:.2f}x (per repeat {runs})",
+                row["verdict"],
+            )
+        )
     peers99 = [med(p.p99) for p in peers if p.p99]
     if ours.p99 and peers99:
         best99, mine99 = min(peers99), med(ours.p99)
@@ -1956,7 +2088,7 @@ def main(argv: list[str] | None = None) -> int:
         "--libs",
         default=None,
         help=f"comma-separated, of {','.join(CLASSES)} (default: {','.join(LIBS)},"
-        " those installed)",
+        " those installed, and floor)",
     )
     p.add_argument("--batches", type=int, default=10, help="bulk: batches of 1,000 timed")
     p.add_argument("--single", type=int, default=300, help="single enqueues timed")
@@ -1994,6 +2126,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [x for x in LIBS if importlib.util.find_spec(PACKAGES.get(x, x)) is not None]
         if len(names) < len(LIBS):
             print(f"not installed, left out: {', '.join(sorted(set(LIBS) - set(names)))}")
+        names.append("floor")
     else:
         names = [x for x in args.libs.split(",") if x]
     unknown_libs = set(names) - set(CLASSES)
@@ -2033,6 +2166,8 @@ def main(argv: list[str] | None = None) -> int:
                 "started": started,
                 "versions": versions,
                 "results": {k: v.__dict__ for k, v in results.items()},
+                "floor_ratios": floor_ratios(results),
+                "verdicts": verdicts(results) if "pgqueue" in results else [],
             },
             indent=1,
         )

@@ -38,24 +38,12 @@ from typing import Any
 import psycopg
 
 from bench import compare
-from bench.common import DEFAULT_SERVER, cpu_seconds
+from bench.common import DEFAULT_SERVER, cpu_seconds, status_mb
 
 WAL = (
     "SELECT w.wal_sync, w.wal_records, d.xact_commit"
     " FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()"
 )
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident set size so far (VmHWM), in MB; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except FileNotFoundError:
-        pass
-    return 0.0
 
 
 def postgres_pids(conn: psycopg.Connection[Any] | None = None) -> list[int]:
@@ -105,7 +93,7 @@ def drain(
                 # The same processes as at the start (backends: also any opened since).
                 pgpids = set(marks["pgpids"]) | set(postgres_pids(server))
                 pg1 = cpu_seconds(list(pgpids))
-                peak = max(peak_rss_mb(pid) for pid in pids)
+                peak = max(status_mb(pid, "VmHWM") for pid in pids)
             # Backends report WAL and commit counts at most once a second, and when they
             # exit: read them once the workers (and so their backends) are gone.
             wal1 = conn.execute(WAL).fetchone()
