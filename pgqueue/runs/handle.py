@@ -134,17 +134,20 @@ class RunHandle(Generic[R]):
                 state = "unknown: the database did not answer"
                 watched = watched or await self._watch_async()
                 try:
-                    run = await self.get_async()
-                    if (result := outcome(run)) is not PENDING:
+                    # the state only: a waiter holds no Run while it waits (1,000 waits
+                    # are 1,000 of them)
+                    result, state = _ended(await self.get_async())
+                    if result is not PENDING:
                         return cast("R", result)
-                    state = run.state
                 except _faults.UNAVAILABLE:
                     pass
                 left = _left(deadline, timeout, state, self.id)
                 if not (watched and waiters.connected.is_set()):
                     left = min(left, poll_interval)
+                # asyncio.timeout, not wait_for: no task of its own per wait
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), left)
+                    async with asyncio.timeout(left):
+                        await event.wait()
         finally:
             waiters.remove(waiter)
 
@@ -178,6 +181,11 @@ def _left(deadline: float | None, timeout: float | None, state: str, run_id: int
 
 
 _FOREVER = 3600.0  # a wait without a deadline looks again at least this often
+
+
+def _ended(run: Run) -> tuple[Any, str]:
+    """outcome(run) and the run's state."""
+    return outcome(run), run.state
 
 
 def outcome(run: Run) -> Any:
