@@ -39,7 +39,7 @@ RSS moves with the allocator (freed memory is not always handed back) and with w
 imported; compare a library's own idle and after figures, and the wait rows across
 libraries, not absolute sizes across machines. The peers that poll slowly at their
 defaults (chancy every 5 s, DBOS every 1 s) take long over --runs 1,000,000: give them
-fewer. Tables go to bench/results/memory.md and memory.json.
+fewer. Tables go to --out (bench/results/ by default): memory.md and memory.json.
 """
 
 from __future__ import annotations
