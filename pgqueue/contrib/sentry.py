@@ -104,7 +104,7 @@ def report(held: Held, outcome: Outcome) -> None:
                 "error": outcome.error,
             },
         )
-        scope.transaction = row.task
+        scope.set_transaction_name(row.task)
         if outcome.exception is not None:
             sentry_sdk.capture_exception(outcome.exception)
         else:  # a failure pgqueue made up (an unknown task): its message, no traceback
