@@ -15,13 +15,7 @@ changed AS (
             %(rate_period)s, %(group_rate_limit)s, %(group_rate_period)s, %(ordered)s,
             %(group_weights)s, %(default_group_weight)s, %(priority_aging)s)
     ON CONFLICT (name) DO UPDATE
-       SET concurrency = EXCLUDED.concurrency,
-           group_concurrency = EXCLUDED.group_concurrency,
-           rate_limit = EXCLUDED.rate_limit,
-           rate_period = EXCLUDED.rate_period,
-           group_rate_limit = EXCLUDED.group_rate_limit,
-           group_rate_period = EXCLUDED.group_rate_period,
-           ordered = EXCLUDED.ordered,
+       SET {{queue_limits_from_excluded}},
            group_weights = EXCLUDED.group_weights,
            default_group_weight = EXCLUDED.default_group_weight,
            priority_aging = EXCLUDED.priority_aging,
