@@ -278,6 +278,32 @@ async def _timed(n: int, calls: Callable[[], Awaitable[Any]]) -> float:
     return n / (time.perf_counter() - t0)
 
 
+async def _bulk_rate(batches: int, size: int, once: Callable[[], Awaitable[Any]]) -> float:
+    """Lib.abulk's measure: jobs/s of `batches` awaits of `once` (one batch enqueue of
+    `size` jobs), after 2 warm-up ones."""
+    for _ in range(2):
+        await once()
+
+    async def go() -> None:
+        for _ in range(batches):
+            await once()
+
+    return await _timed(batches * size, go)
+
+
+async def _single_rate(n: int, enqueue: Callable[[int], Awaitable[Any]]) -> float:
+    """Lib.asingle's measure: jobs/s of `n` awaits of `enqueue(i)` (one job, one
+    transaction each), after 20 warm-up ones."""
+    for i in range(20):
+        await enqueue(i)
+
+    async def go() -> None:
+        for i in range(n):
+            await enqueue(i)
+
+    return await _timed(n, go)
+
+
 @dataclass
 class Lib:
     """One library as an application calls it. Its client side is async (aopen, abulk,
@@ -507,24 +533,10 @@ class PgqueueLib(Lib):
 
     async def abulk(self, batches: int, size: int) -> float:
         items = [(i,) for i in range(size)]
-        for _ in range(2):
-            await pgq_noop.enqueue_many_async(items)
-
-        async def go() -> None:
-            for _ in range(batches):
-                await pgq_noop.enqueue_many_async(items)
-
-        return await _timed(batches * size, go)
+        return await _bulk_rate(batches, size, lambda: pgq_noop.enqueue_many_async(items))
 
     async def asingle(self, n: int) -> float:
-        for i in range(20):
-            await pgq_noop.enqueue_async(i)
-
-        async def go() -> None:
-            for i in range(n):
-                await pgq_noop.enqueue_async(i)
-
-        return await _timed(n, go)
+        return await _single_rate(n, pgq_noop.enqueue_async)
 
     async def aping(self, i: int) -> None:
         await pgq_ping.enqueue_async(i)
@@ -644,24 +656,11 @@ class ProcrastinateLib(Lib):
     async def abulk(self, batches: int, size: int) -> float:
         items = [{"i": i} for i in range(size)]
         task = self._task("cmp.noop")
-        for _ in range(2):
-            await task.batch_defer_async(*items)
-
-        async def go() -> None:
-            for _ in range(batches):
-                await task.batch_defer_async(*items)
-
-        return await _timed(batches * size, go)
+        return await _bulk_rate(batches, size, lambda: task.batch_defer_async(*items))
 
     async def asingle(self, n: int) -> float:
         task = self._task("cmp.noop")
-
-        async def many(k: int) -> None:
-            for i in range(k):
-                await task.defer_async(i=i)
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(n, lambda i: task.defer_async(i=i))
 
     async def aping(self, i: int) -> None:
         await self._task("cmp.ping").defer_async(i=i)
@@ -728,22 +727,10 @@ class PgqueuerLib(Lib):
         names = ["cmp.noop"] * size
         payloads: list[bytes | None] = [str(i).encode() for i in range(size)]
         prios = [0] * size
-        for _ in range(2):
-            await self.queries.enqueue(names, payloads, prios)
-
-        async def go() -> None:
-            for _ in range(batches):
-                await self.queries.enqueue(names, payloads, prios)
-
-        return await _timed(batches * size, go)
+        return await _bulk_rate(batches, size, lambda: self.queries.enqueue(names, payloads, prios))
 
     async def asingle(self, n: int) -> float:
-        async def many(k: int) -> None:
-            for i in range(k):
-                await self.queries.enqueue("cmp.noop", str(i).encode())
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(n, lambda i: self.queries.enqueue("cmp.noop", str(i).encode()))
 
     async def aping(self, i: int) -> None:
         await self.queries.enqueue("cmp.ping", str(i).encode())
@@ -833,24 +820,12 @@ class ObanLib(Lib):
         async def once() -> None:
             await self.oban.enqueue_many([new("noop", {"i": i}) for i in range(size)])
 
-        for _ in range(2):
-            await once()
-
-        async def go() -> None:
-            for _ in range(batches):
-                await once()
-
-        return await _timed(batches * size, go)
+        return await _bulk_rate(batches, size, once)
 
     async def asingle(self, n: int) -> float:
         from bench.peer_oban import Noop
 
-        async def many(k: int) -> None:
-            for i in range(k):
-                await Noop.enqueue({"i": i})  # type: ignore[attr-defined]
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(n, lambda i: Noop.enqueue({"i": i}))  # type: ignore[attr-defined]
 
     async def aping(self, i: int) -> None:
         from bench.peer_oban import Ping
@@ -947,24 +922,12 @@ class ChancyLib(Lib):
             async for _ in self.chancy.push_many(jobs):  # yields the references
                 pass
 
-        for _ in range(2):
-            await once()
-
-        async def go() -> None:
-            for _ in range(batches):
-                await once()
-
-        return await _timed(batches * size, go)
+        return await _bulk_rate(batches, size, once)
 
     async def asingle(self, n: int) -> float:
         from bench.peer_chancy import noop
 
-        async def many(k: int) -> None:
-            for i in range(k):
-                await self.chancy.push(noop.job.with_kwargs(i=i))
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(n, lambda i: self.chancy.push(noop.job.with_kwargs(i=i)))
 
     async def aping(self, i: int) -> None:
         from bench.peer_chancy import ping
@@ -1045,24 +1008,12 @@ class AwaLib(Lib):
         async def once() -> None:
             await self.client.insert_many_copy([Noop(i) for i in range(size)], queue=QUEUE)
 
-        for _ in range(2):
-            await once()
-
-        async def go() -> None:
-            for _ in range(batches):
-                await once()
-
-        return await _timed(batches * size, go)
+        return await _bulk_rate(batches, size, once)
 
     async def asingle(self, n: int) -> float:
         from bench.peer_awa import Noop
 
-        async def many(k: int) -> None:
-            for i in range(k):
-                await self.client.insert(Noop(i), queue=QUEUE)
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(n, lambda i: self.client.insert(Noop(i), queue=QUEUE))
 
     async def aping(self, i: int) -> None:
         from bench.peer_awa import Ping
@@ -1154,12 +1105,7 @@ class DbosLib(Lib):
             await asyncio.gather(*calls)
 
     async def asingle(self, n: int) -> float:
-        async def many(k: int) -> None:
-            for i in range(k):
-                await self._enqueue("noop", i)
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(n, lambda i: self._enqueue("noop", i))
 
     async def aping(self, i: int) -> None:
         await self._enqueue("ping", i)
@@ -1288,12 +1234,9 @@ class FloorLib(Lib):
         return [sys.executable, "-c", "from bench.compare import floor_worker; floor_worker()"]
 
     async def asingle(self, n: int) -> float:
-        async def many(k: int) -> None:
-            for i in range(k):
-                await self.aconn.execute(FLOOR_ENQUEUE, ("noop", i), prepare=True)
-
-        await many(20)
-        return await _timed(n, lambda: many(n))
+        return await _single_rate(
+            n, lambda i: self.aconn.execute(FLOOR_ENQUEUE, ("noop", i), prepare=True)
+        )
 
     async def aping(self, i: int) -> None:
         await self.aconn.execute(FLOOR_ENQUEUE, ("ping", i), prepare=True)

@@ -106,9 +106,6 @@ def configure(conn: Conn, queue: str) -> None:
     cfg = fa.app.queues.get(queue)
     if cfg is not None:
         conn.execute(_sql.query("configure_queue"), configure_params(cfg))
-        conn.execute(
-            _sql.query("set_priority_aging"), {"queue": queue, "aging": cfg.priority_aging}
-        )
 
 
 def xacts(server: str, dbname: str) -> int:

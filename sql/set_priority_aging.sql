@@ -1,6 +1,7 @@
--- A queue's priority aging, in seconds per priority step (NULL: none), as app.queue(...,
--- priority_aging=) declares it when a worker starts, or `pgqueue queues set Q
--- --priority-aging S`. Turned off, the queue's waiting runs get their base priority
+-- A queue's priority aging, in seconds per priority step (NULL: none), set at run time:
+-- `pgqueue queues set Q --priority-aging S`, app.set_priority_aging(Q, S). (A worker's
+-- start stores what app.queue(..., priority_aging=) declares with the queue's limits, in
+-- configure_queue.sql.) Turned off, the queue's waiting runs get their base priority
 -- back (the priority they were enqueued with).
 WITH changed AS (
     INSERT INTO pgqueue.queues (name, priority_aging) VALUES (%(queue)s, %(aging)s)
@@ -10,9 +11,7 @@ WITH changed AS (
     RETURNING name
 ),
 restored AS (
-    UPDATE pgqueue.runs r SET priority = r.base_priority, base_priority = NULL
-     WHERE %(aging)s::double precision IS NULL AND EXISTS (SELECT 1 FROM changed)
-       AND r.queue = %(queue)s AND r.state IN ('scheduled', 'queued')
-       AND r.base_priority IS NOT NULL
+{{restore_base_priority}}
+       AND %(aging)s::double precision IS NULL AND EXISTS (SELECT 1 FROM changed)
 )
 SELECT count(*) FROM changed

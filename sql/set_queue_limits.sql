@@ -5,13 +5,7 @@ WITH changed AS (
     VALUES (%(queue)s, %(concurrency)s, %(group_concurrency)s, %(rate_limit)s,
             %(rate_period)s, %(group_rate_limit)s, %(group_rate_period)s, %(ordered)s)
     ON CONFLICT (name) DO UPDATE
-       SET concurrency = EXCLUDED.concurrency,
-           group_concurrency = EXCLUDED.group_concurrency,
-           rate_limit = EXCLUDED.rate_limit,
-           rate_period = EXCLUDED.rate_period,
-           group_rate_limit = EXCLUDED.group_rate_limit,
-           group_rate_period = EXCLUDED.group_rate_period,
-           ordered = EXCLUDED.ordered,
+       SET {{queue_limits_from_excluded}},
            updated_at = now()
     RETURNING name
 )

@@ -208,6 +208,21 @@ class WorkerProcess:
         self.stop()
 
 
+def run_workers(
+    dsn: str, app: str, n: int, until: Callable[[], Any], *args: str, timeout: float = 60.0
+) -> None:
+    """`n` worker processes of `app` (with `args`) run until `until()` holds, then stop;
+    fail after `timeout` seconds."""
+    procs = [WorkerProcess(dsn, app, *args) for _ in range(n)]
+    try:
+        for p in procs:
+            p.wait_ready()
+        wait_until(until, timeout=timeout, message="the runs to finish")
+    finally:
+        for p in procs:
+            p.stop()
+
+
 class InProcessWorker:
     """A worker on a thread of the test process (for behaviour that needs no crash)."""
 

@@ -46,9 +46,6 @@ def register(
         check_privileges(conn)
         for q in declared:
             conn.execute(_sql.query("configure_queue"), configure_params(q))
-            conn.execute(
-                _sql.query("set_priority_aging"), {"queue": q.name, "aging": q.priority_aging}
-            )
         conn.execute(
             _sql.query("register_worker"),
             {
@@ -75,6 +72,7 @@ def configure_params(q: QueueConfig) -> dict[str, Any]:
         **rate_params("group_rate", parse_rate("group_rate_limit", q.group_rate_limit)),
         "group_weights": None if q.group_weights is None else Jsonb(dict(q.group_weights)),
         "default_group_weight": q.default_group_weight,
+        "priority_aging": q.priority_aging,
     }
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from pgqueue.dashboard import asgi
 from pgqueue.db import sql as _sql
 from pgqueue.ops.retention import fold_tally
+from tests.dashboard.test_confirm import post_form
 from tests.dashboard.test_data import assert_reads, big, plan, reads  # noqa: F401  (big: a fixture)
 
 
@@ -40,6 +41,12 @@ def finish(conn: psycopg.Connection[Any], n: int, queue: str, state: str, **kw: 
             "error": kw.get("error"),
         },
     )
+
+
+def bulk(web: TestClient, **fields: str) -> int:
+    """The status of a confirmed bulk action (`fields`: the action and the runs' filters),
+    posted as the confirm page's form does."""
+    return int(post_form(web, "/api/runs/bulk", confirmed="yes", **fields).status_code)
 
 
 def totals(web: TestClient) -> dict[str, dict[str, int]]:
@@ -99,21 +106,7 @@ def test_failures_are_grouped_by_task_and_error_class(
     assert len(listed) == 3
     asked = web.get(link.replace("&amp;", "&"))
     assert '<strong id="confirm-count">5</strong>' in asked.text
-    web.get("/")
-    done = web.post(
-        "/api/runs/bulk",
-        data={
-            "csrf": web.cookies["pgqueue_csrf"],
-            "action": "retry",
-            "state": "failed",
-            "task": "send",
-            "error_class": "SMTPError",
-            "confirmed": "yes",
-        },
-        headers={"Origin": "http://testserver"},
-        follow_redirects=False,
-    )
-    assert done.status_code == 303
+    assert bulk(web, action="retry", state="failed", task="send", error_class="SMTPError") == 303
     left = conn.execute(
         "SELECT task, count(*) FROM pgqueue.runs WHERE state = 'failed' GROUP BY 1 ORDER BY 1"
     ).fetchall()
@@ -139,20 +132,7 @@ def test_a_failure_group_cancels_its_runs_waiting_to_retry(
     assert link in page
     asked = web.get(link.replace("&amp;", "&"))
     assert '<strong id="confirm-count">2</strong>' in asked.text, asked.text
-    web.get("/")
-    done = web.post(
-        "/api/runs/bulk",
-        data={
-            "csrf": web.cookies["pgqueue_csrf"],
-            "action": "cancel",
-            "task": "send",
-            "error_class": "SMTPError",
-            "confirmed": "yes",
-        },
-        headers={"Origin": "http://testserver"},
-        follow_redirects=False,
-    )
-    assert done.status_code == 303
+    assert bulk(web, action="cancel", task="send", error_class="SMTPError") == 303
     states = conn.execute(
         "SELECT task, state, coalesce(split_part(error, ':', 1), '-') FROM pgqueue.runs ORDER BY id"
     ).fetchall()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any
 
 import psycopg
@@ -14,7 +15,9 @@ import pytest
 
 import pgqueue
 from pgqueue.db import sql as _sql
+from pgqueue.tasks.registry import QueueConfig
 from pgqueue.worker.maintenance.aging import AGING_PERIOD
+from pgqueue.worker.registration import register
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flow import aged
 from tests.apps.flow import app as flow_app
@@ -183,3 +186,51 @@ def test_queues_set_priority_aging_from_the_command_line(
         cli(capsys, "queues", "set", "q", "--priority-aging", "-5", "--dsn", dsn),
         "priority_aging must be more than 0",
     )
+
+
+def test_a_worker_start_stores_the_declared_aging_and_none_clears_a_set_one(
+    flow: pgqueue.App, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The queue's row follows the code at each worker start: aging declared, aging set
+    at run time and then a start that declares none (the waiting runs get their base
+    priority back), and a start that changes nothing leaves the row alone."""
+
+    def start(**limits: Any) -> None:
+        register(
+            dsn,
+            None,
+            uuid.uuid4(),
+            ["q"],
+            1,
+            declared=[QueueConfig("q", **limits)],
+            tasks=[],
+            version="test",
+            sync_schedules=lambda c: None,
+        )
+
+    def stored() -> tuple[Any, ...]:
+        row = conn.execute(
+            "SELECT concurrency, priority_aging, updated_at FROM pgqueue.queues WHERE name = 'q'"
+        ).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    start(concurrency=2, priority_aging=30.0)
+    assert stored()[:2] == (2, 30.0)
+    conn.execute(
+        "INSERT INTO pgqueue.runs (task, queue, state, priority, base_priority)"
+        " VALUES ('t', 'q', 'queued', -7, 3)"
+    )
+    unchanged = stored()
+    start(concurrency=2, priority_aging=30.0)  # nothing changed: the aged run stays aged
+    assert stored() == unchanged
+    assert conn.execute("SELECT priority, base_priority FROM pgqueue.runs").fetchall() == [(-7, 3)]
+    flow.set_priority_aging("q", 60)
+    start(concurrency=3, priority_aging=60.0)  # a limit changes, the aging is the same
+    assert stored()[:2] == (3, 60.0)
+    assert conn.execute("SELECT priority, base_priority FROM pgqueue.runs").fetchall() == [(-7, 3)]
+    start(concurrency=3)  # declared without aging: the value set at run time goes
+    assert stored()[:2] == (3, None)
+    assert conn.execute("SELECT priority, base_priority FROM pgqueue.runs").fetchall() == [
+        (3, None)
+    ]

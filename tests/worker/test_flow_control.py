@@ -18,7 +18,7 @@ from pgqueue.db import sql as _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.flow import app as flow_app
 from tests.apps.flow import slow_tick, step, tick
-from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
+from tests.helpers import WorkerProcess, run_workers, scalar, scalar_conn, wait_until
 from tests.sql.test_explain import plan, scans
 from tests.worker.parts import FROM_FRONT
 from tests.worker.test_semaphores import explain_nested, seq_scans
@@ -31,17 +31,6 @@ def flow(dsn: str, conn: psycopg.Connection[Any]) -> pgqueue.App:
     conn.execute(EFFECTS_DDL)
     flow_app.configure(dsn=dsn)
     return flow_app
-
-
-def run_workers(dsn: str, n: int, until: Any, *args: str, timeout: float = 60) -> None:
-    procs = [WorkerProcess(dsn, APP, *args) for _ in range(n)]
-    try:
-        for p in procs:
-            p.wait_ready()
-        wait_until(until, timeout=timeout, message="the runs to finish")
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def settled(dsn: str, queue: str, n: int) -> bool:
@@ -89,7 +78,7 @@ def test_rate_limit_holds_across_three_processes_and_reaches_the_limit(
     workers poll every 5 s: only the claim saying when the next start is allowed lets
     them keep up."""
     tick.enqueue_many([(i,) for i in range(150)])
-    run_workers(dsn, 3, lambda: settled(dsn, "rated", 150), "--concurrency", "10")
+    run_workers(dsn, APP, 3, lambda: settled(dsn, "rated", 150), "--concurrency", "10")
     rows = starts(dsn, "rated")
     times = [r[0] for r in rows]
     assert len(times) == 150
@@ -112,7 +101,7 @@ def test_group_rate_limits_hold_per_group_and_groups_run_side_by_side(
     (20 starts a second in all)."""
     for g in range(5):
         tick.options(queue="group_rated", group=f"g{g}").enqueue_many([(i,) for i in range(12)])
-    run_workers(dsn, 3, lambda: settled(dsn, "group_rated", 60), "--concurrency", "10")
+    run_workers(dsn, APP, 3, lambda: settled(dsn, "group_rated", 60), "--concurrency", "10")
     rows = starts(dsn, "group_rated")
     by_group: dict[str, list[datetime]] = defaultdict(list)
     for started_at, group, attempt in rows:
@@ -133,7 +122,7 @@ def test_rate_limit_composes_with_concurrency(dsn: str, flow: pgqueue.App) -> No
     """concurrency 2 and 10/s, runs of 0.3 s: at most 2 run at once (so about 6.7 starts
     a second), and the rate limit never lets more than 10 start in a second."""
     slow_tick.enqueue_many([(i,) for i in range(20)])
-    run_workers(dsn, 2, lambda: settled(dsn, "rated_capped", 20), "--concurrency", "5")
+    run_workers(dsn, APP, 2, lambda: settled(dsn, "rated_capped", 20), "--concurrency", "5")
     with psycopg.connect(dsn) as c:
         spans = c.execute(
             "SELECT started_at, finished_at FROM pgqueue.runs WHERE queue = 'rated_capped'"

@@ -16,7 +16,7 @@ from pgqueue.db import sql as _sql
 from tests.apps.basic import EFFECTS_DDL
 from tests.apps.weights import app as weights_app
 from tests.apps.weights import span, tick
-from tests.helpers import WorkerProcess, scalar, scalar_conn, wait_until
+from tests.helpers import WorkerProcess, run_workers, scalar, scalar_conn
 from tests.worker.test_semaphores import WORKER, explain_nested, max_overlap, seq_scans
 
 APP = "tests.apps.weights:app"
@@ -238,17 +238,6 @@ def weights(dsn: str, conn: psycopg.Connection[Any]) -> pgqueue.App:
     return weights_app
 
 
-def run_workers(dsn: str, n: int, until: Any, *args: str, timeout: float = 120) -> None:
-    procs = [WorkerProcess(dsn, APP, *args) for _ in range(n)]
-    try:
-        for p in procs:
-            p.wait_ready()
-        wait_until(until, timeout=timeout, message="the runs to finish")
-    finally:
-        for p in procs:
-            p.stop()
-
-
 def start_order(dsn: str, queue: str) -> list[str]:
     """The groups of the queue's started runs in the order their claims took them (a
     claim's runs share started_at; claims of a queue take turns)."""
@@ -294,12 +283,14 @@ def test_three_workers_start_groups_by_their_weights(dsn: str, weights: pgqueue.
         tick.options(group=group).enqueue_many([(i,) for i in range(count)])
     run_workers(
         dsn,
+        APP,
         3,
         lambda: (
             scalar(dsn, "SELECT count(*) FROM pgqueue.runs WHERE started_at IS NOT NULL") >= 3000
         ),
         "--concurrency",
         "2",
+        timeout=120,
     )
     order = start_order(dsn, "weighted")[:3000]
     assert len(order) == 3000
@@ -315,10 +306,12 @@ def test_workers_give_an_idle_groups_share_to_the_others(dsn: str, weights: pgqu
         span.options(group=group).enqueue_many([(f"{group}-{i}", 0.1) for i in range(count)])
     run_workers(
         dsn,
+        APP,
         2,
         lambda: scalar(dsn, "SELECT count(*) FROM effects WHERE tag LIKE 'end:%%'") >= 100,
         "--concurrency",
         "4",
+        timeout=120,
     )
     order = start_order(dsn, "weighted_slow")
     assert off_windows(order[:80], {"gold": 3, "silver": 2}, 50) == []
