@@ -21,8 +21,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -42,32 +40,48 @@ POLL_MIN = 0.05  # seconds between two polls at least, whatever a waiter asks fo
 CONNECT_WAIT = 2.0  # how long a new waiter waits for the shared LISTEN before it goes on
 
 
-@dataclass(eq=False)
 class Waiter:
     """One wait() or wait_async() in progress: `wake()` tells it to look (from any
-    thread)."""
+    thread). `watched`: whether its run's NOTIFY is asked for (None while a batch of
+    watch_async is asking). Slots, no closure: a thousand waits hold a thousand."""
 
-    run_id: int
-    poll_interval: float
-    wake: Callable[[], None]
-    since: float = field(default_factory=time.monotonic)
+    __slots__ = ("poll_interval", "run_id", "watched")
+
+    def __init__(self, run_id: int, poll_interval: float) -> None:
+        self.run_id = run_id
+        self.poll_interval = poll_interval
+        self.watched: bool | None = False
+
+    def wake(self) -> None:
+        raise NotImplementedError
 
 
-def thread_waker() -> tuple[threading.Event, Callable[[], None]]:
-    event = threading.Event()
-    return event, event.set
+class ThreadWaiter(Waiter):
+    """A wait() in a thread: woken through a threading.Event."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, run_id: int, poll_interval: float) -> None:
+        super().__init__(run_id, poll_interval)
+        self.event = threading.Event()
+
+    def wake(self) -> None:
+        self.event.set()
 
 
-def loop_waker() -> tuple[asyncio.Event, Callable[[], None]]:
-    """An asyncio.Event of the running loop and a way to set it from another thread."""
-    event = asyncio.Event()
-    loop = asyncio.get_running_loop()
+class LoopWaiter(Waiter):
+    """A wait_async(): an asyncio.Event of the running loop, set from any thread."""
 
-    def wake() -> None:
+    __slots__ = ("event", "loop")
+
+    def __init__(self, run_id: int, poll_interval: float) -> None:
+        super().__init__(run_id, poll_interval)
+        self.event = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+
+    def wake(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(event.set)
-
-    return event, wake
+            self.loop.call_soon_threadsafe(self.event.set)
 
 
 class Waiters:
@@ -82,6 +96,9 @@ class Waiters:
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
         self._idle_since = time.monotonic()
+        # new wait_async waiters of each event loop, for the next watch_runs batch
+        self._batches: dict[asyncio.AbstractEventLoop, list[LoopWaiter]] = {}
+        self._flushers: set[asyncio.Task[None]] = set()
 
     # -- the waiters' side ------------------------------------------------------------
 
@@ -104,6 +121,67 @@ class Waiters:
                     del self._waiting[waiter.run_id]
             if not self._waiting:
                 self._idle_since = time.monotonic()
+
+    def watch_async(self, waiter: LoopWaiter) -> None:
+        """Ask for the NOTIFY of `waiter`'s run with the other waits its event loop starts
+        meanwhile, in one statement per batch (sql/watch_runs.sql): the batch marks the
+        waiter watched, and wakes it if its run has ended (or is gone), if the shared
+        listener is down, or if the database could not take the batch (watched False:
+        the waiter polls its run and asks again after poll_interval)."""
+        waiter.watched = None
+        loop = waiter.loop
+        with self._lock:
+            batch = self._batches.get(loop)
+            if batch is not None:
+                batch.append(waiter)  # the running flush takes it in its next batch
+                return
+            self._batches[loop] = [waiter]
+        task = loop.create_task(self._flush(loop))
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
+    async def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        await asyncio.sleep(0)  # the waits started in this turn of the loop join the batch
+        try:
+            while True:
+                with self._lock:
+                    batch = self._batches.get(loop)
+                    if not batch:
+                        self._batches.pop(loop, None)
+                        return
+                    self._batches[loop] = []
+                await self._watch_batch(batch)
+        finally:
+            with self._lock:
+                left = self._batches.pop(loop, None) or []
+            for w in left:  # cancelled: those not asked for poll
+                w.watched = False
+                w.event.set()
+
+    async def _watch_batch(self, batch: list[LoopWaiter]) -> None:
+        done = False
+        try:
+            async with self.database.async_connection() as conn:
+                cur = await conn.execute(
+                    _sql.query("watch_runs"), {"ids": list({w.run_id for w in batch})}
+                )
+                row = await cur.fetchone()
+            look = set(row[1]) if row is not None else set()
+            listening = self.connected.is_set()
+            for w in batch:
+                w.watched = True
+                if not listening or w.run_id in look:
+                    w.event.set()
+            done = True
+        except _faults.UNAVAILABLE:
+            pass  # the waiters poll meanwhile
+        except Exception:
+            log.exception("waiters: could not watch %d runs; their waiters poll", len(batch))
+        finally:
+            if not done:
+                for w in batch:
+                    w.watched = False
+                    w.event.set()
 
     def close(self) -> None:
         """Stop the thread and close its connection (App.close)."""
@@ -179,8 +257,8 @@ class Waiters:
 
     def _interval(self) -> float:
         with self._lock:
-            asked = [w.poll_interval for ws in self._waiting.values() for w in ws]
-        return max(POLL_MIN, min(asked, default=1.0))
+            asked = min((w.poll_interval for ws in self._waiting.values() for w in ws), default=1.0)
+        return max(POLL_MIN, asked)
 
     def _ids(self) -> list[int]:
         with self._lock:

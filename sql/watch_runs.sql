@@ -1,0 +1,23 @@
+-- The start of many waits at once (pgqueue.runs.waiters, a batch of wait_async calls):
+-- ask for a NOTIFY on pgqueue_done when each of these runs finishes (watch_run.sql for a
+-- batch), and return the ids of those whose waiter must look now: finished or gone.
+-- A run this statement did not mark and that its snapshot shows unwatched ended (or was
+-- marked by another waiter) while the update waited for its row lock: it is returned too,
+-- and its waiter reads it. A run still queued is announced on pgqueue_queued once per
+-- queue (watch_run.sql says why); the scalar subquery makes that happen for every batch.
+WITH watched AS (
+    UPDATE pgqueue.runs SET notify_done = true
+    WHERE id = ANY(%(ids)s::bigint[]) AND NOT notify_done
+      AND state NOT IN ('succeeded', 'failed', 'canceled')
+    RETURNING id, queue, state
+), announced AS (
+    SELECT pg_catalog.count(pg_notify('pgqueue_queued', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM watched WHERE state = 'queued') AS q
+)
+SELECT (SELECT n FROM announced) AS announced,
+       ARRAY(SELECT a.id
+             FROM unnest(%(ids)s::bigint[]) AS a(id)
+             LEFT JOIN pgqueue.runs r ON r.id = a.id
+             WHERE NOT EXISTS (SELECT 1 FROM watched w WHERE w.id = a.id)
+               AND (r.id IS NULL OR NOT r.notify_done
+                    OR r.state IN ('succeeded', 'failed', 'canceled'))) AS look
