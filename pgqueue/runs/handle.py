@@ -7,7 +7,6 @@ task's type for a type checker; a bare `RunHandle` (one made by hand, or by name
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -127,7 +126,6 @@ class RunHandle(Generic[R]):
         deadline = None if timeout is None else time.monotonic() + timeout
         waiters = _waiters.shared(self.database)
         waiter = _waiters.LoopWaiter(self.id, poll_interval)
-        event = waiter.event
         waiters.add(waiter)
         listens = self.database.listens  # else nothing to ask for: no NOTIFY would come
         asked = 0.0
@@ -140,7 +138,7 @@ class RunHandle(Generic[R]):
             look = not listens
             state = "unknown: the database did not answer"
             while True:
-                event.clear()
+                waiter.woken = False
                 if look:
                     state = "unknown: the database did not answer"
                     try:
@@ -163,10 +161,10 @@ class RunHandle(Generic[R]):
                     (waiter.watched or not listens) and waiters.connected.is_set()
                 ):
                     left = min(left, poll_interval)
-                # asyncio.timeout, not wait_for: no task of its own per wait
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await event.wait()
+                try:
+                    await waiter.sleep(left)  # no task of its own per wait
+                finally:
+                    waiter.stop()
         finally:
             waiters.remove(waiter)
 

@@ -70,18 +70,50 @@ class ThreadWaiter(Waiter):
 
 
 class LoopWaiter(Waiter):
-    """A wait_async(): an asyncio.Event of the running loop, set from any thread."""
+    """A wait_async() of the running loop, woken from any thread. It sleeps on a bare
+    future with a timer, not an asyncio.Event under asyncio.timeout(): an Event holds a
+    deque, a timeout a context object, for each of a thousand waits."""
 
-    __slots__ = ("event", "loop")
+    __slots__ = ("future", "loop", "timer", "woken")
 
     def __init__(self, run_id: int, poll_interval: float) -> None:
         super().__init__(run_id, poll_interval)
-        self.event = asyncio.Event()
         self.loop = asyncio.get_running_loop()
+        self.woken = False
+        self.future: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            self.loop.call_soon_threadsafe(self.event.set)
+            self.loop.call_soon_threadsafe(self.wake_here)
+
+    def wake_here(self) -> None:
+        """wake() from the waiter's own loop."""
+        self.woken = True
+        _settle(self.future)
+
+    def sleep(self, seconds: float) -> asyncio.Future[None]:
+        """A future done when the waiter is woken (since `woken` was last cleared) or
+        `seconds` have passed; the caller awaits it, then calls stop(). A plain function,
+        not a coroutine: no frame of its own per sleeping wait."""
+        future = self.future = self.loop.create_future()
+        if self.woken:
+            future.set_result(None)
+        else:
+            self.timer = self.loop.call_later(seconds, _settle, future)
+        return future
+
+    def stop(self) -> None:
+        """After a sleep: its timer goes (a wait woken early leaves no timer behind)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.future = None
+
+
+def _settle(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 class Waiters:
@@ -92,7 +124,9 @@ class Waiters:
         self.pid = os.getpid()
         self.connected = threading.Event()  # LISTEN (or, polling only, the connection) is up
         self._lock = threading.Lock()
-        self._waiting: dict[int, set[Waiter]] = {}
+        # run id -> its waiter, or a set of them when it has several (a set per run would
+        # cost 200 bytes a waiter)
+        self._waiting: dict[int, Waiter | set[Waiter]] = {}
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
         self._idle_since = time.monotonic()
@@ -104,7 +138,13 @@ class Waiters:
 
     def add(self, waiter: Waiter) -> None:
         with self._lock:
-            self._waiting.setdefault(waiter.run_id, set()).add(waiter)
+            found = self._waiting.get(waiter.run_id)
+            if found is None:
+                self._waiting[waiter.run_id] = waiter
+            elif isinstance(found, set):
+                found.add(waiter)
+            else:
+                self._waiting[waiter.run_id] = {found, waiter}
             if self._thread is None or not self._thread.is_alive():
                 self._closed.clear()
                 self._thread = threading.Thread(
@@ -115,10 +155,12 @@ class Waiters:
     def remove(self, waiter: Waiter) -> None:
         with self._lock:
             found = self._waiting.get(waiter.run_id)
-            if found is not None:
+            if found is waiter:
+                del self._waiting[waiter.run_id]
+            elif isinstance(found, set):
                 found.discard(waiter)
-                if not found:
-                    del self._waiting[waiter.run_id]
+                if len(found) == 1:
+                    self._waiting[waiter.run_id] = found.pop()
             if not self._waiting:
                 self._idle_since = time.monotonic()
 
@@ -156,7 +198,7 @@ class Waiters:
                 left = self._batches.pop(loop, None) or []
             for w in left:  # cancelled: those not asked for poll
                 w.watched = False
-                w.event.set()
+                w.wake_here()
 
     async def _watch_batch(self, batch: list[LoopWaiter]) -> None:
         done = False
@@ -171,7 +213,7 @@ class Waiters:
             for w in batch:
                 w.watched = True
                 if not listening or w.run_id in look:
-                    w.event.set()
+                    w.wake_here()
             done = True
         except _faults.UNAVAILABLE:
             pass  # the waiters poll meanwhile
@@ -181,7 +223,7 @@ class Waiters:
             if not done:
                 for w in batch:
                     w.watched = False
-                    w.event.set()
+                    w.wake_here()
 
     def close(self) -> None:
         """Stop the thread and close its connection (App.close)."""
@@ -257,24 +299,34 @@ class Waiters:
 
     def _interval(self) -> float:
         with self._lock:
-            asked = min((w.poll_interval for ws in self._waiting.values() for w in ws), default=1.0)
+            asked = min((w.poll_interval for w in self._all()), default=1.0)
         return max(POLL_MIN, asked)
 
     def _ids(self) -> list[int]:
         with self._lock:
             return list(self._waiting)
 
+    def _all(self) -> list[Waiter]:
+        """Every waiter (under the lock)."""
+        return [w for ws in self._waiting.values() for w in _each(ws)]
+
     def _wake(self, run_id: int) -> None:
         with self._lock:
-            found = list(self._waiting.get(run_id, ()))
+            found = _each(self._waiting.get(run_id))
         for w in found:
             w.wake()
 
     def _wake_all(self) -> None:
         with self._lock:
-            found = [w for ws in self._waiting.values() for w in ws]
+            found = self._all()
         for w in found:
             w.wake()
+
+
+def _each(found: Waiter | set[Waiter] | None) -> list[Waiter]:
+    if found is None:
+        return []
+    return list(found) if isinstance(found, set) else [found]
 
 
 def shared(database: Database) -> Waiters:
