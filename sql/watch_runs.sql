@@ -1,10 +1,9 @@
--- The start of many waits at once (pgqueue.runs.waiters, a batch of wait_async calls):
--- ask for a NOTIFY on pgqueue_done when each of these runs finishes (watch_run.sql for a
--- batch), and return the ids of those whose waiter must look now: finished or gone.
--- A run this statement did not mark and that its snapshot shows unwatched ended (or was
--- marked by another waiter) while the update waited for its row lock: it is returned too,
--- and its waiter reads it. A run still queued is announced on pgqueue_queued once per
--- queue (watch_run.sql says why); the scalar subquery makes that happen for every batch.
+-- The start of many wait_async() at once (pgqueue.runs.waiters, one statement per batch):
+-- watch_run.sql for each of these runs, and the ids of those whose waiter must read its
+-- run now: ended, gone, or not marked by this update although its snapshot shows it
+-- unmarked (it ended, or another waiter marked it, while the update waited for its row
+-- lock). A run still queued is announced on pgqueue_queued, once per queue (watch_run.sql
+-- says why); the scalar subquery in the select list makes that happen for every batch.
 WITH watched AS (
     UPDATE pgqueue.runs SET notify_done = true
     WHERE id = ANY(%(ids)s::bigint[]) AND NOT notify_done

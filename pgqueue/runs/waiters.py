@@ -5,9 +5,12 @@ runs waited on have settled (sql/runs_settled.sql): a thousand waiters cost one
 connection, one LISTEN and one poll statement a second.
 
 A notification or a poll only wakes a waiter; the waiter reads its run itself (through
-the App's pool) and decides. While the shared connection is down, waiters poll their run
-themselves every poll_interval, so a lost connection costs latency, never a result. Through
-a pooler in transaction mode (Database.listens is false) the connection only polls.
+the App's pool) and decides. The wait_async() calls an event loop starts together ask for
+their NOTIFY in one statement per batch (watch_async, sql/watch_runs.sql), which also wakes
+those whose run has ended already: a wait makes no round trip of its own until woken.
+While the shared connection is down, waiters poll their run themselves every
+poll_interval, so a lost connection costs latency, never a result. Through a pooler in
+transaction mode (Database.listens is false) the connection only polls.
 
 The thread and its connection start with the first waiter and end once no one has waited
 for IDLE_EXIT seconds (or at App.close(), which closes the database).
