@@ -139,7 +139,9 @@ class RunHandle(Generic[R]):
             state = "unknown: the database did not answer"
             while True:
                 waiter.woken = False
-                if look:
+                # a wait reads its run when woken, at a poll, and at its deadline (also a
+                # deadline already past: a finished run is a result, not a timeout)
+                if look or (deadline is not None and time.monotonic() >= deadline):
                     state = "unknown: the database did not answer"
                     try:
                         # the state only: a waiter holds no Run while it waits

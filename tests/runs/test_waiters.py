@@ -313,3 +313,30 @@ def test_the_start_of_many_async_waits_is_one_statement_per_batch_not_two_per_wa
     # then a read per woken waiter (a spare few for a backstop poll's wake)
     assert len(taken) <= 200 + 20, len(taken)
     assert waiters._waiting == {}
+
+
+def test_an_async_wait_at_its_deadline_reads_its_run_before_it_times_out(
+    app: pgqueue.App,
+) -> None:
+    """A wait_async makes no read of its own at its start (the batch does), but it reads
+    its run at its deadline: a finished run waited on with timeout=0 is its result, a
+    queued one a TimeoutError that names its state, a run that does not exist RunNotFound."""
+
+    @app.task
+    def quick(i: int) -> int:
+        return i
+
+    done = quick.enqueue(7)
+    with InProcessWorker(app):
+        wait_until(lambda: done.get().state == "succeeded", message="the run")
+    queued = quick.enqueue(8)
+
+    async def main() -> None:
+        assert await done.wait_async(timeout=0) == 7
+        assert await done.wait_async(timeout=20, poll_interval=30) == 7  # woken by the batch
+        with pytest.raises(TimeoutError, match=f"run {queued.id} still queued after 0.2s"):
+            await queued.wait_async(timeout=0.2, poll_interval=30)
+        with pytest.raises(pgqueue.RunNotFound):
+            await pgqueue.RunHandle(999_999, app).wait_async(timeout=20, poll_interval=30)
+
+    asyncio.run(main())
