@@ -340,3 +340,35 @@ def test_an_async_wait_at_its_deadline_reads_its_run_before_it_times_out(
             await pgqueue.RunHandle(999_999, app).wait_async(timeout=20, poll_interval=30)
 
     asyncio.run(main())
+
+
+def test_an_async_wait_outlasts_a_pool_with_no_free_connection(
+    dsn: str, app: pgqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch that starts a wait_async cannot get a connection (the async pool's only
+    one is taken): the waiter is not watched, polls its run, asks again at a later poll,
+    and gets the result once the pool can serve it."""
+    monkeypatch.setattr(db, "POOL_TIMEOUT", 0.2)
+    waiting = pgqueue.App(dsn, pool_size=1)
+
+    @waiting.task(name="apool.echo")
+    def echo_producer(i: int) -> int: ...
+
+    @app.task(name="apool.echo")
+    def echo(i: int) -> int:
+        return i
+
+    handle = echo_producer.enqueue(5)
+
+    async def main() -> Any:
+        async with waiting.database.async_connection():  # the async pool's only connection
+            wait = asyncio.ensure_future(handle.wait_async(timeout=30, poll_interval=0.05))
+            await asyncio.sleep(1.0)  # pacing: several of the pool's 0.2 s timeouts go by
+            assert not wait.done()
+        with InProcessWorker(app):
+            return await wait
+
+    try:
+        assert asyncio.run(main()) == 5
+    finally:
+        waiting.close()
