@@ -7,7 +7,6 @@ task's type for a type checker; a bare `RunHandle` (one made by hand, or by name
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -94,9 +93,9 @@ class RunHandle(Generic[R]):
         database that cannot answer for a while (a lost connection, a failover, a
         standby) makes it look again every poll_interval until its timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        event, wake = _waiters.thread_waker()
         waiters = _waiters.shared(self.database)
-        waiter = _waiters.Waiter(self.id, poll_interval, wake)
+        waiter = _waiters.ThreadWaiter(self.id, poll_interval)
+        event = waiter.event
         waiters.add(waiter)
         watched = not self.database.listens  # nothing to ask for: no NOTIFY would come
         try:
@@ -119,35 +118,55 @@ class RunHandle(Generic[R]):
             waiters.remove(waiter)
 
     async def wait_async(self, timeout: float | None = None, poll_interval: float = 1.0) -> R:
-        """wait() for asyncio code: the same shared listener, backstop poll and outcome."""
+        """wait() for asyncio code: the same shared listener, backstop poll and outcome.
+        Its start costs no round trip of its own: the waits an event loop starts together
+        ask for their runs' NOTIFY, and learn which runs have ended already, in one
+        statement (Waiters.watch_async); a wait reads its run only when woken, at its
+        backstop poll, or at its timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        event, wake = _waiters.loop_waker()
         waiters = _waiters.shared(self.database)
-        waiter = _waiters.Waiter(self.id, poll_interval, wake)
+        waiter = _waiters.LoopWaiter(self.id, poll_interval)
         waiters.add(waiter)
-        watched = not self.database.listens
+        listens = self.database.listens  # else nothing to ask for: no NOTIFY would come
+        asked = 0.0
         try:
             if not waiters.connected.is_set():
                 await asyncio.to_thread(waiters.connected.wait, _waiters.CONNECT_WAIT)
+            if listens:
+                waiters.watch_async(waiter)
+                asked = time.monotonic()
+            look = not listens
+            state = "unknown: the database did not answer"
             while True:
-                event.clear()
-                state = "unknown: the database did not answer"
-                watched = watched or await self._watch_async()
-                try:
-                    # the state only: a waiter holds no Run while it waits (1,000 waits
-                    # are 1,000 of them)
-                    result, state = _ended(await self.get_async())
-                    if result is not PENDING:
-                        return cast("R", result)
-                except _faults.UNAVAILABLE:
-                    pass
+                waiter.woken = False
+                # a wait reads its run when woken, at a poll, and at its deadline (also a
+                # deadline already past: a finished run is a result, not a timeout)
+                if look or (deadline is not None and time.monotonic() >= deadline):
+                    state = "unknown: the database did not answer"
+                    try:
+                        # the state only: a waiter holds no Run while it waits
+                        result, state = _ended(await self.get_async())
+                        if result is not PENDING:
+                            return cast("R", result)
+                    except _faults.UNAVAILABLE:
+                        pass
+                look = True
+                # asked again after a failed batch, but not at once: at the next poll
+                again = waiter.watched is False and time.monotonic() - asked >= poll_interval
+                if listens and again:
+                    waiters.watch_async(waiter)
+                    asked = time.monotonic()
                 left = _left(deadline, timeout, state, self.id)
-                if not (watched and waiters.connected.is_set()):
+                # a batch in flight wakes the waiter or marks it watched; a waiter not
+                # watched, or without the shared listener, polls
+                if waiter.watched is not None and not (
+                    (waiter.watched or not listens) and waiters.connected.is_set()
+                ):
                     left = min(left, poll_interval)
-                # asyncio.timeout, not wait_for: no task of its own per wait
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await event.wait()
+                try:
+                    await waiter.sleep(left)  # no task of its own per wait
+                finally:
+                    waiter.stop()
         finally:
             waiters.remove(waiter)
 
@@ -157,14 +176,6 @@ class RunHandle(Generic[R]):
         try:
             with self.database.connection() as conn:
                 conn.execute(_sql.query("watch_run"), {"id": self.id})
-        except _faults.UNAVAILABLE:
-            return False
-        return True
-
-    async def _watch_async(self) -> bool:
-        try:
-            async with self.database.async_connection() as conn:
-                await conn.execute(_sql.query("watch_run"), {"id": self.id})
         except _faults.UNAVAILABLE:
             return False
         return True

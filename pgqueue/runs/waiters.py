@@ -5,9 +5,12 @@ runs waited on have settled (sql/runs_settled.sql): a thousand waiters cost one
 connection, one LISTEN and one poll statement a second.
 
 A notification or a poll only wakes a waiter; the waiter reads its run itself (through
-the App's pool) and decides. While the shared connection is down, waiters poll their run
-themselves every poll_interval, so a lost connection costs latency, never a result. Through
-a pooler in transaction mode (Database.listens is false) the connection only polls.
+the App's pool) and decides. The wait_async() calls an event loop starts together ask for
+their NOTIFY in one statement per batch (watch_async, sql/watch_runs.sql), which also wakes
+those whose run has ended already: a wait makes no round trip of its own until woken.
+While the shared connection is down, waiters poll their run themselves every
+poll_interval, so a lost connection costs latency, never a result. Through a pooler in
+transaction mode (Database.listens is false) the connection only polls.
 
 The thread and its connection start with the first waiter and end once no one has waited
 for IDLE_EXIT seconds (or at App.close(), which closes the database).
@@ -21,8 +24,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -42,32 +43,80 @@ POLL_MIN = 0.05  # seconds between two polls at least, whatever a waiter asks fo
 CONNECT_WAIT = 2.0  # how long a new waiter waits for the shared LISTEN before it goes on
 
 
-@dataclass(eq=False)
 class Waiter:
     """One wait() or wait_async() in progress: `wake()` tells it to look (from any
-    thread)."""
+    thread). `watched`: whether its run's NOTIFY is asked for (None while a batch of
+    watch_async is asking). Slots, no closure: a thousand waits hold a thousand."""
 
-    run_id: int
-    poll_interval: float
-    wake: Callable[[], None]
-    since: float = field(default_factory=time.monotonic)
+    __slots__ = ("poll_interval", "run_id", "watched")
+
+    def __init__(self, run_id: int, poll_interval: float) -> None:
+        self.run_id = run_id
+        self.poll_interval = poll_interval
+        self.watched: bool | None = False
+
+    def wake(self) -> None:
+        raise NotImplementedError
 
 
-def thread_waker() -> tuple[threading.Event, Callable[[], None]]:
-    event = threading.Event()
-    return event, event.set
+class ThreadWaiter(Waiter):
+    """A wait() in a thread: woken through a threading.Event."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, run_id: int, poll_interval: float) -> None:
+        super().__init__(run_id, poll_interval)
+        self.event = threading.Event()
+
+    def wake(self) -> None:
+        self.event.set()
 
 
-def loop_waker() -> tuple[asyncio.Event, Callable[[], None]]:
-    """An asyncio.Event of the running loop and a way to set it from another thread."""
-    event = asyncio.Event()
-    loop = asyncio.get_running_loop()
+class LoopWaiter(Waiter):
+    """A wait_async() of the running loop, woken from any thread. It sleeps on a bare
+    future with a timer, not an asyncio.Event under asyncio.timeout(): an Event holds a
+    deque, a timeout a context object, for each of a thousand waits."""
 
-    def wake() -> None:
+    __slots__ = ("future", "loop", "timer", "woken")
+
+    def __init__(self, run_id: int, poll_interval: float) -> None:
+        super().__init__(run_id, poll_interval)
+        self.loop = asyncio.get_running_loop()
+        self.woken = False
+        self.future: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def wake(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(event.set)
+            self.loop.call_soon_threadsafe(self.wake_here)
 
-    return event, wake
+    def wake_here(self) -> None:
+        """wake() from the waiter's own loop."""
+        self.woken = True
+        _settle(self.future)
+
+    def sleep(self, seconds: float) -> asyncio.Future[None]:
+        """A future done when the waiter is woken (since `woken` was last cleared) or
+        `seconds` have passed; the caller awaits it, then calls stop(). A plain function,
+        not a coroutine: no frame of its own per sleeping wait."""
+        future = self.future = self.loop.create_future()
+        if self.woken:
+            future.set_result(None)
+        else:
+            self.timer = self.loop.call_later(seconds, _settle, future)
+        return future
+
+    def stop(self) -> None:
+        """After a sleep: its timer goes (a wait woken early leaves no timer behind)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.future = None
+
+
+def _settle(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 class Waiters:
@@ -78,16 +127,27 @@ class Waiters:
         self.pid = os.getpid()
         self.connected = threading.Event()  # LISTEN (or, polling only, the connection) is up
         self._lock = threading.Lock()
-        self._waiting: dict[int, set[Waiter]] = {}
+        # run id -> its waiter, or a set of them when it has several (a set per run would
+        # cost 200 bytes a waiter)
+        self._waiting: dict[int, Waiter | set[Waiter]] = {}
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
         self._idle_since = time.monotonic()
+        # new wait_async waiters of each event loop, for the next watch_runs batch
+        self._batches: dict[asyncio.AbstractEventLoop, list[LoopWaiter]] = {}
+        self._flushers: set[asyncio.Task[None]] = set()
 
     # -- the waiters' side ------------------------------------------------------------
 
     def add(self, waiter: Waiter) -> None:
         with self._lock:
-            self._waiting.setdefault(waiter.run_id, set()).add(waiter)
+            found = self._waiting.get(waiter.run_id)
+            if found is None:
+                self._waiting[waiter.run_id] = waiter
+            elif isinstance(found, set):
+                found.add(waiter)
+            else:
+                self._waiting[waiter.run_id] = {found, waiter}
             if self._thread is None or not self._thread.is_alive():
                 self._closed.clear()
                 self._thread = threading.Thread(
@@ -98,12 +158,75 @@ class Waiters:
     def remove(self, waiter: Waiter) -> None:
         with self._lock:
             found = self._waiting.get(waiter.run_id)
-            if found is not None:
+            if found is waiter:
+                del self._waiting[waiter.run_id]
+            elif isinstance(found, set):
                 found.discard(waiter)
-                if not found:
-                    del self._waiting[waiter.run_id]
+                if len(found) == 1:
+                    self._waiting[waiter.run_id] = found.pop()
             if not self._waiting:
                 self._idle_since = time.monotonic()
+
+    def watch_async(self, waiter: LoopWaiter) -> None:
+        """Ask for the NOTIFY of `waiter`'s run with the other waits its event loop starts
+        meanwhile, in one statement per batch (sql/watch_runs.sql): the batch marks the
+        waiter watched, and wakes it if its run has ended (or is gone), if the shared
+        listener is down, or if the database could not take the batch (watched False:
+        the waiter polls its run and asks again after poll_interval)."""
+        waiter.watched = None
+        loop = waiter.loop
+        with self._lock:
+            batch = self._batches.get(loop)
+            if batch is not None:
+                batch.append(waiter)  # the running flush takes it in its next batch
+                return
+            self._batches[loop] = [waiter]
+        task = loop.create_task(self._flush(loop))
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
+    async def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        await asyncio.sleep(0)  # the waits started in this turn of the loop join the batch
+        try:
+            while True:
+                with self._lock:
+                    batch = self._batches.get(loop)
+                    if not batch:
+                        self._batches.pop(loop, None)
+                        return
+                    self._batches[loop] = []
+                await self._watch_batch(batch)
+        finally:
+            with self._lock:
+                left = self._batches.pop(loop, None) or []
+            for w in left:  # cancelled: those not asked for poll
+                w.watched = False
+                w.wake_here()
+
+    async def _watch_batch(self, batch: list[LoopWaiter]) -> None:
+        done = False
+        try:
+            async with self.database.async_connection() as conn:
+                cur = await conn.execute(
+                    _sql.query("watch_runs"), {"ids": list({w.run_id for w in batch})}
+                )
+                row = await cur.fetchone()
+            look = set(row[1]) if row is not None else set()
+            listening = self.connected.is_set()
+            for w in batch:
+                w.watched = True
+                if not listening or w.run_id in look:
+                    w.wake_here()
+            done = True
+        except _faults.UNAVAILABLE:
+            pass  # the waiters poll meanwhile
+        except Exception:
+            log.exception("waiters: could not watch %d runs; their waiters poll", len(batch))
+        finally:
+            if not done:
+                for w in batch:
+                    w.watched = False
+                    w.wake_here()
 
     def close(self) -> None:
         """Stop the thread and close its connection (App.close)."""
@@ -179,24 +302,34 @@ class Waiters:
 
     def _interval(self) -> float:
         with self._lock:
-            asked = [w.poll_interval for ws in self._waiting.values() for w in ws]
-        return max(POLL_MIN, min(asked, default=1.0))
+            asked = min((w.poll_interval for w in self._all()), default=1.0)
+        return max(POLL_MIN, asked)
 
     def _ids(self) -> list[int]:
         with self._lock:
             return list(self._waiting)
 
+    def _all(self) -> list[Waiter]:
+        """Every waiter (under the lock)."""
+        return [w for ws in self._waiting.values() for w in _each(ws)]
+
     def _wake(self, run_id: int) -> None:
         with self._lock:
-            found = list(self._waiting.get(run_id, ()))
+            found = _each(self._waiting.get(run_id))
         for w in found:
             w.wake()
 
     def _wake_all(self) -> None:
         with self._lock:
-            found = [w for ws in self._waiting.values() for w in ws]
+            found = self._all()
         for w in found:
             w.wake()
+
+
+def _each(found: Waiter | set[Waiter] | None) -> list[Waiter]:
+    if found is None:
+        return []
+    return list(found) if isinstance(found, set) else [found]
 
 
 def shared(database: Database) -> Waiters:

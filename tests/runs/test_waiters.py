@@ -196,6 +196,28 @@ def test_a_run_waited_for_at_once_is_still_claimed_at_once(app: pgqueue.App, dsn
             assert time.monotonic() - started < 5, f"run {i} waited for a poll"
 
 
+def test_a_run_waited_for_at_once_from_asyncio_is_still_claimed_at_once(
+    app: pgqueue.App,
+) -> None:
+    """The same through wait_async: its batch (sql/watch_runs.sql) announces the queued
+    runs it marks, so a worker that skipped one looks again at once."""
+
+    @app.task
+    def quick(i: int) -> int:
+        return i
+
+    async def one(i: int) -> float:
+        started = time.monotonic()
+        handle = await quick.enqueue_async(i)
+        assert await handle.wait_async(timeout=20) == i
+        return time.monotonic() - started
+
+    with InProcessWorker(app, poll_interval=30):
+        for i in range(20):
+            took = asyncio.run(one(i))
+            assert took < 5, f"run {i} waited for a poll"
+
+
 def test_a_wait_outlasts_a_pool_with_no_free_connection(
     dsn: str, app: pgqueue.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,3 +254,121 @@ def test_a_wait_outlasts_a_pool_with_no_free_connection(
     finally:
         waiting.close()
     assert out == [5]
+
+
+def test_the_start_of_many_async_waits_is_one_statement_per_batch_not_two_per_wait(
+    app: pgqueue.App, waiting_app: pgqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 wait_async() started at once ask for their NOTIFY, and learn which runs ended
+    already, in a few batches (sql/watch_runs.sql), where each used to make two round
+    trips of its own (watch_run, get_run); each then reads its run once, when woken. Every
+    statement of this path takes a connection of the waiting App's async pool: they are
+    counted there."""
+
+    @waiting_app.task(name="many.echo")
+    def echo_producer(i: int) -> int: ...
+
+    @app.task(name="many.echo")
+    def echo(i: int) -> int:
+        if i == 13:
+            raise ValueError("thirteen")
+        return i
+
+    # 10 runs end before anyone waits: the batch, not a NOTIFY, wakes their waiters
+    early = echo_producer.enqueue_many([(i,) for i in range(10)])
+    with InProcessWorker(app):
+        for h in early:
+            wait_until(lambda h=h: h.get().state == "succeeded", message=f"run {h.id}")
+    handles = early + echo_producer.enqueue_many([(i,) for i in range(10, 200)])
+    database = waiting_app.database
+    waiters = _waiters.shared(database)
+    taken: list[int] = []
+    real = database.async_connection
+
+    def counted(conn: Any = None) -> Any:
+        taken.append(1)
+        return real(conn)
+
+    monkeypatch.setattr(database, "async_connection", counted)
+
+    def started() -> bool:
+        with waiters._lock:
+            found = waiters._all()
+        # the 10 early waiters may have returned already
+        return len(found) >= 190 and all(w.watched for w in found)
+
+    async def main() -> tuple[list[Any], int]:
+        waits = [asyncio.ensure_future(h.wait_async(timeout=60)) for h in handles]
+        await asyncio.to_thread(wait_until, started, 30, 0.02, "190 waiters watched")
+        at_start = len(taken)
+        with InProcessWorker(app, concurrency=20):
+            return await asyncio.gather(*waits, return_exceptions=True), at_start
+
+    results, at_start = asyncio.run(main())
+    assert results[:13] == list(range(13))
+    assert isinstance(results[13], pgqueue.RunFailed)
+    assert results[14:] == list(range(14, 200))
+    # the start: a few batches (the early runs' waiters read theirs: 10 more), not 400
+    assert at_start <= 10 + 10, at_start
+    # then a read per woken waiter (a spare few for a backstop poll's wake)
+    assert len(taken) <= 200 + 20, len(taken)
+    assert waiters._waiting == {}
+
+
+def test_an_async_wait_at_its_deadline_reads_its_run_before_it_times_out(
+    app: pgqueue.App,
+) -> None:
+    """A wait_async makes no read of its own at its start (the batch does), but it reads
+    its run at its deadline: a finished run waited on with timeout=0 is its result, a
+    queued one a TimeoutError that names its state, a run that does not exist RunNotFound."""
+
+    @app.task
+    def quick(i: int) -> int:
+        return i
+
+    done = quick.enqueue(7)
+    with InProcessWorker(app):
+        wait_until(lambda: done.get().state == "succeeded", message="the run")
+    queued = quick.enqueue(8)
+
+    async def main() -> None:
+        assert await done.wait_async(timeout=0) == 7
+        assert await done.wait_async(timeout=20, poll_interval=30) == 7  # woken by the batch
+        with pytest.raises(TimeoutError, match=f"run {queued.id} still queued after 0.2s"):
+            await queued.wait_async(timeout=0.2, poll_interval=30)
+        with pytest.raises(pgqueue.RunNotFound):
+            await pgqueue.RunHandle(999_999, app).wait_async(timeout=20, poll_interval=30)
+
+    asyncio.run(main())
+
+
+def test_an_async_wait_outlasts_a_pool_with_no_free_connection(
+    dsn: str, app: pgqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch that starts a wait_async cannot get a connection (the async pool's only
+    one is taken): the waiter is not watched, polls its run, asks again at a later poll,
+    and gets the result once the pool can serve it."""
+    monkeypatch.setattr(db, "POOL_TIMEOUT", 0.2)
+    waiting = pgqueue.App(dsn, pool_size=1)
+
+    @waiting.task(name="apool.echo")
+    def echo_producer(i: int) -> int: ...
+
+    @app.task(name="apool.echo")
+    def echo(i: int) -> int:
+        return i
+
+    handle = echo_producer.enqueue(5)
+
+    async def main() -> Any:
+        async with waiting.database.async_connection():  # the async pool's only connection
+            wait = asyncio.ensure_future(handle.wait_async(timeout=30, poll_interval=0.05))
+            await asyncio.sleep(1.0)  # pacing: several of the pool's 0.2 s timeouts go by
+            assert not wait.done()
+        with InProcessWorker(app):
+            return await wait
+
+    try:
+        assert asyncio.run(main()) == 5
+    finally:
+        waiting.close()

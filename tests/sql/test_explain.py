@@ -130,6 +130,7 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
         ("renew_leases", by_id),
         ("complete", complete),
         ("set_progress", progress),
+        ("watch_runs", {"ids": [1, 2]}),  # the start of a batch of wait_async
     ):
         text = plan(big, name, params)
         runs = [index for _, index in scans(text) if index and index.startswith("runs_")]
