@@ -297,15 +297,8 @@ def list_runs(
         }
         if by_finish:
             params["before_at"] = before_at
-        with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(query, params, prepare=False if indexed_arg else None).fetchall()
-        first = rows[0]
+        found, first = read_page(conn, query, params, prepare=False if indexed_arg else None)
         scanned += first["scanned"]
-        found = [
-            {k: v for k, v in r.items() if k not in ("scanned", "last_at", "last_id")}
-            for r in rows
-            if r["id"] is not None
-        ]
         runs += found
         if len(found) == wanted:
             last = found[-1]
@@ -324,6 +317,21 @@ def list_runs(
     for r in runs:
         r["why"] = reasons.get(r["id"])
     return {"runs": runs, "next": next_cursor, "scanned": scanned, "filter": filt.to_json()}
+
+
+def read_page(
+    conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str, Any], prepare: bool | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The runs a dashboard_runs_* statement found, and its first row: how many runs it
+    read (`scanned`) and where it ended (`last_at`, `last_id`)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query, params, prepare=prepare).fetchall()
+    found = [
+        {k: v for k, v in r.items() if k not in ("scanned", "last_at", "last_id")}
+        for r in rows
+        if r["id"] is not None
+    ]
+    return found, rows[0]
 
 
 def make_cursor(at: datetime | None, run_id: int, section: str = "") -> str:

@@ -30,50 +30,51 @@ MINE = {"queued": 120, "scheduled": 30, "running": 10, "waiting": 5, "finished":
 OTHERS = 3500  # runs of queue 'other' and task 'other' in each of four states, all newer
 
 
+# Each alone: psycopg sends a statement with parameters as one prepared statement
 FILL = [
     """
     INSERT INTO pgqueue.runs (task, queue, state, finished_at, error)
-        SELECT 'mine', 'mine', (ARRAY['succeeded', 'failed', 'canceled'])[1 + i %% 3],
-        now() - interval '1 day' - i * interval '1 s', 'KeyError: x'
-        FROM generate_series(1, %(finished)s) i
+      SELECT 'mine', 'mine', (ARRAY['succeeded', 'failed', 'canceled'])[1 + i %% 3],
+             now() - interval '1 day' - i * interval '1 s', 'KeyError: x'
+      FROM generate_series(1, %(finished)s) i
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, priority)
-        SELECT 'mine', 'mine', i %% 3 FROM generate_series(1, %(queued)s) i
+      SELECT 'mine', 'mine', i %% 3 FROM generate_series(1, %(queued)s) i
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, state, run_at)
-        SELECT 'mine', 'mine', 'scheduled', now() + interval '1 hour'
-        FROM generate_series(1, %(scheduled)s)
+      SELECT 'mine', 'mine', 'scheduled', now() + interval '1 hour'
+      FROM generate_series(1, %(scheduled)s)
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, state, lease_token, lease_expires_at)
-        SELECT 'mine', 'mine', 'running', gen_random_uuid(), now() + interval '1 hour'
-        FROM generate_series(1, %(running)s)
+      SELECT 'mine', 'mine', 'running', gen_random_uuid(), now() + interval '1 hour'
+      FROM generate_series(1, %(running)s)
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, state, wait_event, wait_key, run_at)
-        SELECT 'mine', 'mine', 'waiting', 'e', i::text, now() + interval '1 hour'
-        FROM generate_series(1, %(waiting)s) i
+      SELECT 'mine', 'mine', 'waiting', 'e', i::text, now() + interval '1 hour'
+      FROM generate_series(1, %(waiting)s) i
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, priority)
-        SELECT 'other', 'other', i %% 2 FROM generate_series(1, %(others)s) i
+      SELECT 'other', 'other', i %% 2 FROM generate_series(1, %(others)s) i
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, state, run_at)
-        SELECT 'other', 'other', 'scheduled', now() + interval '1 hour'
-        FROM generate_series(1, %(others)s)
+      SELECT 'other', 'other', 'scheduled', now() + interval '1 hour'
+      FROM generate_series(1, %(others)s)
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, state, lease_token, lease_expires_at)
-        SELECT 'other', 'other', 'running', gen_random_uuid(), now() + interval '1 hour'
-        FROM generate_series(1, %(others)s)
+      SELECT 'other', 'other', 'running', gen_random_uuid(), now() + interval '1 hour'
+      FROM generate_series(1, %(others)s)
     """,
     """
     INSERT INTO pgqueue.runs (task, queue, state, finished_at)
-        SELECT 'other', 'other', 'succeeded', now() - i * interval '1 ms'
-        FROM generate_series(1, %(others)s) i
+      SELECT 'other', 'other', 'succeeded', now() - i * interval '1 ms'
+      FROM generate_series(1, %(others)s) i
     """,
 ]
 
