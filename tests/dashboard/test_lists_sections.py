@@ -301,3 +301,32 @@ def test_the_bounded_unfinished_section_reads_the_states_indexes(
         if n.get("Index Name") == "runs_pkey":
             assert "= ANY" in n["Index Cond"] and "Filter" not in n, n
     assert rows_read(behind, query, params)["runs_pkey"] <= data.SCAN
+
+
+@pytest.mark.parametrize(
+    ("filt", "index"),
+    [
+        (data.RunFilter(state="scheduled", queue="mine"), "runs_scheduled_idx"),
+        (data.RunFilter(state="running", queue="mine"), "runs_lease_idx"),
+        (data.RunFilter(state="scheduled"), "runs_scheduled_idx"),
+        (data.RunFilter(state="queued", task="mine"), "runs_live_task_idx"),
+        (data.RunFilter(state="scheduled", task="mine"), "runs_live_task_idx"),
+        (data.RunFilter(state="succeeded", queue="mine"), "runs_finished_queue_idx"),
+        (data.RunFilter(state="failed", task="mine"), "runs_finished_task_idx"),
+    ],
+)
+def test_a_state_list_reads_its_index_under_a_generic_plan(
+    behind: psycopg.Connection[Any], filt: data.RunFilter, index: str
+) -> None:
+    """The lists of one state read their index with the cursor unknown too (a prepared
+    statement's generic plan), not runs_pkey's range from the cursor, nor the finished
+    runs in finish order, filtering the queue's or the task's runs from all the others."""
+    query, _ = data.runs_query(filt, task_index=True)
+    params = {**FILTERS, **START, **filt.params(), "state": filt.state}
+    scans = runs_scans(generic_plan(behind, query, params))
+    assert index in {n.get("Index Name") for n in scans}, scans
+    for n in scans:
+        assert n["Node Type"] != "Seq Scan", n
+        if n.get("Index Name") == "runs_pkey":
+            assert "= ANY" in n["Index Cond"] and "Filter" not in n, n
+    assert "runs_finished_idx" not in {n.get("Index Name") for n in scans}, scans
