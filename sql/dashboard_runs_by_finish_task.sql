@@ -3,17 +3,19 @@
 -- predicate says, so that a generic plan takes runs_finished_task_idx (task, finished_at,
 -- id) and not runs_failed_idx) from the cursor, so every run it reads is of the task;
 -- the state and the other filters apply to at most %(scan)s of them (a page costs the
--- same however rare their matches are). The first row says where the scan ended.
+-- same however rare their matches are). The range is bounded by row comparisons, not
+-- `task = ...`: with that, a generic plan may walk runs_finished_idx in finish order
+-- instead and filter the whole history (measured: 396 ms for 500 runs behind 1,000,000).
+-- The first row says where the scan ended.
 WITH scanned AS MATERIALIZED (
     SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
            parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
            cancel_reason, lease_expires_at, args, kwargs
     FROM pgqueue.runs
     WHERE state IN ({window})
-      AND task = %(task)s::text
-      AND finished_at <= %(before_at)s
-      AND (finished_at, id) < (%(before_at)s, %(before_id)s)
-    ORDER BY finished_at DESC, id DESC
+      AND (task, finished_at, id) >= (%(task)s::text, '-infinity'::timestamptz, 0)
+      AND (task, finished_at, id) < (%(task)s::text, %(before_at)s, %(before_id)s)
+    ORDER BY task DESC, finished_at DESC, id DESC
     LIMIT %(scan)s
 ),
 {{dashboard_page_by_finish}}

@@ -107,17 +107,38 @@ def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(text).format(**{k: _literals(v) for k, v in states.items()})
 
 
+# A list with no state and a queue or a task reads these sections one after the other:
+# the unfinished runs newest (largest id) first, then the finished ones most recently
+# finished first, each through an index keyed by the queue or the task.
+UNFINISHED, FINISHED = "unfinished", "finished"
+SECTIONS = (UNFINISHED, FINISHED)
+
+
+def sections(filt: RunFilter) -> tuple[str, ...]:
+    """The sections a list of `filt` reads in turn: SECTIONS with no state and a queue or
+    a task, else one ("": the list itself)."""
+    if filt.state is None and (filt.queue is not None or filt.task is not None):
+        return SECTIONS
+    return ("",)
+
+
 def runs_query(
-    filt: RunFilter, flagged: bool = False, task_index: bool = False
+    filt: RunFilter, flagged: bool = False, task_index: bool = False, section: str = ""
 ) -> tuple[sql.Composed, bool]:
-    """The statement of a page of runs matching `filt`, and whether it pages by finish
-    time (finished states) rather than by id. A state with a queue, or a finished state
-    with a task, reads an index keyed by them, so that every run it reads matches those:
-    the page is exact at any depth; so does a group's unfinished runs in a queue whose
-    runs are `flagged` limited, and an unfinished state with a task when runs_live_task_idx
-    exists (`task_index`: `pgqueue runs search-index --by task`). Other filters (a group
-    elsewhere, q, arg, no state) apply to the runs read, at most SCAN a page."""
+    """The statement of a page of runs matching `filt` (of its `section`, sections()),
+    and whether it pages by finish time (finished states) rather than by id. A state with
+    a queue, or a finished state with a task, reads an index keyed by them, so that every
+    run it reads matches those: the page is exact at any depth; so does a group's
+    unfinished runs in a queue whose runs are `flagged` limited, and an unfinished state
+    with a task when runs_live_task_idx exists (`task_index`: `pgqueue runs search-index
+    --by task`). With no state, a queue or a task reads the same indexes in sections
+    (no_state_query). Other filters (a group elsewhere, q, arg, no state and no queue or
+    task) apply to the runs read, at most SCAN a page."""
     state = filt.state
+    if state is None:
+        return no_state_query(filt, flagged, task_index, section)
+    if section:
+        raise ValueError(f"a list with a state has no section {section!r}")
     if state in FINISHED_STATES:
         if filt.task is not None:
             name = "dashboard_runs_by_finish_task"
@@ -132,18 +153,44 @@ def runs_query(
         return states_query("dashboard_runs_queued_group"), False
     if state in LIVE_STATES and grouped:
         return states_query("dashboard_runs_live_group", window=LIVE_STATES), False
-    if state is not None and filt.task is not None and task_index:  # unfinished: task, state
+    if filt.task is not None and task_index:  # unfinished: task, state
         name = "dashboard_runs_live_task"
         return states_query(name, window=LIVE_STATES, states=(state,)), False
     if state == RunState.QUEUED:  # the backlog can be millions: a skip scan of its index
         if filt.queue is not None:
             return states_query("dashboard_runs_queued_queue"), False
         return states_query("dashboard_runs_queued"), False
-    if state is not None:
-        if filt.queue is not None:
-            return states_query("dashboard_runs_live_queue", states=(state,)), False
-        return states_query("dashboard_runs_live", states=(state,)), False
-    return states_query("dashboard_runs_by_id", states=STATES), False
+    if filt.queue is not None:
+        return states_query("dashboard_runs_live_queue", states=(state,)), False
+    return states_query("dashboard_runs_live", states=(state,)), False
+
+
+def no_state_query(
+    filt: RunFilter, flagged: bool, task_index: bool, section: str
+) -> tuple[sql.Composed, bool]:
+    """runs_query() of a list with no state. With a queue or a task it has two sections.
+    The unfinished runs: a task's through runs_live_task_idx when it exists (exact), else
+    a queue's through its states' partial indexes, keyed by queue (exact), else, a task
+    alone without that index, every queue's (the task a bounded filter of them); a group
+    of a `flagged` queue through runs_group_order_idx (exact). Then the finished runs,
+    through runs_finished_task_idx or runs_finished_queue_idx: exact. Without a queue or
+    a task, the runs of every state along the primary key, the filters bounded."""
+    if sections(filt) != SECTIONS:
+        if section:
+            raise ValueError(f"this list has no section {section!r}")
+        return states_query("dashboard_runs_by_id", states=STATES), False
+    if section == FINISHED:
+        name = "dashboard_runs_by_finish_task" if filt.task else "dashboard_runs_by_finish_queue"
+        return states_query(name, window=FINISHED_STATES, states=FINISHED_STATES), True
+    if section != UNFINISHED:
+        raise ValueError(f"a list with no state has sections {SECTIONS}, not {section!r}")
+    if filt.task is not None and task_index:
+        return states_query("dashboard_runs_unfinished_task", window=LIVE_STATES), False
+    if filt.queue is not None and filt.group is not None and flagged:
+        return states_query("dashboard_runs_live_group", window=LIVE_STATES), False
+    if filt.queue is not None:
+        return states_query("dashboard_runs_unfinished_queue"), False
+    return states_query("dashboard_runs_unfinished"), False
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -215,56 +262,83 @@ def list_runs(
     conn: psycopg.Connection[Any], filt: RunFilter, cursor: str | None, limit: int = PAGE_SIZE
 ) -> dict[str, Any]:
     """A page of runs, newest first, and the cursor of the next page (None: no more).
-    Queued, scheduled and waiting runs carry `why`: what keeps each from running."""
+    A list in sections (sections()) fills a page from the next section once one ends; its
+    cursor names the section it continues. Queued, scheduled and waiting runs carry
+    `why`: what keeps each from running."""
     flagged = False
-    if filt.state in LIVE_STATES and filt.queue is not None and filt.group is not None:
+    state_ok = filt.state is None or filt.state in LIVE_STATES
+    if state_ok and filt.queue is not None and filt.group is not None:
         row = conn.execute(_sql.query("dashboard_queue_flagged"), {"queue": filt.queue})
         found = row.fetchone()
         flagged = bool(found and found[0])
     task_index = filt.task is not None and search_indexes.ready(conn, "task")
-    query, by_finish = runs_query(filt, flagged, task_index)
     # an argument filter with runs_args_idx: the index's matches, every one on the page;
     # a custom plan each time, so the planner weighs how many runs match
     indexed_arg = filt.arg is not None and search_indexes.ready(conn, "arguments")
-    if indexed_arg:
-        query, by_finish = states_query("dashboard_runs_by_arg", states=STATES), False
-    before_at, before_id = parse_cursor(cursor, by_finish)
-    params = {
-        **filt.params(),
-        "state": filt.state,
-        "limit": limit,
-        "scan": SCAN,
-        "before_id": before_id,
-    }
-    if by_finish:
-        params["before_at"] = before_at
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(query, params, prepare=False if indexed_arg else None).fetchall()
-    first = rows[0]
-    runs = [
-        {k: v for k, v in r.items() if k not in ("scanned", "last_at", "last_id")} for r in rows
-    ]
-    runs = [r for r in runs if r["id"] is not None]
+    parts = ("",) if indexed_arg else sections(filt)
+    section, before_at, before_id = parse_section_cursor(cursor, parts)
+    runs: list[dict[str, Any]] = []
+    scanned = 0
     next_cursor = None
-    if len(runs) == limit:
-        last = runs[-1]
-        next_cursor = make_cursor(last["finished_at"] if by_finish else None, last["id"])
-    elif first["scanned"] == SCAN:
-        next_cursor = make_cursor(first["last_at"], first["last_id"])
+    while True:
+        if indexed_arg:
+            query, by_finish = states_query("dashboard_runs_by_arg", states=STATES), False
+        else:
+            query, by_finish = runs_query(filt, flagged, task_index, section)
+        if not section:  # one list: its cursor is of its own kind
+            before_at, before_id = parse_cursor(cursor, by_finish)
+        wanted = limit - len(runs)
+        params = {
+            **filt.params(),
+            "state": filt.state,
+            "limit": wanted,
+            "scan": SCAN,
+            "before_id": before_id,
+        }
+        if by_finish:
+            params["before_at"] = before_at
+        found, first = read_page(conn, query, params, prepare=False if indexed_arg else None)
+        scanned += first["scanned"]
+        runs += found
+        if len(found) == wanted:
+            last = found[-1]
+            at = last["finished_at"] if by_finish else None
+            next_cursor = make_cursor(at, last["id"], section)
+            break
+        if first["scanned"] == SCAN:
+            next_cursor = make_cursor(first["last_at"], first["last_id"], section)
+            break
+        if section == parts[-1]:  # the list has ended
+            break
+        section = parts[parts.index(section) + 1]
+        before_at, before_id = END, MAX_ID
     reasons = explain(conn, [r["id"] for r in runs if r["state"] in why.EXPLAINED])
     reasons |= stale(conn, [r["id"] for r in runs if r["state"] == RunState.RUNNING])
     for r in runs:
         r["why"] = reasons.get(r["id"])
-    return {
-        "runs": runs,
-        "next": next_cursor,
-        "scanned": first["scanned"],
-        "filter": filt.to_json(),
-    }
+    return {"runs": runs, "next": next_cursor, "scanned": scanned, "filter": filt.to_json()}
 
 
-def make_cursor(at: datetime | None, run_id: int) -> str:
-    return f"{at.isoformat()}~{run_id}" if at is not None else str(run_id)
+def read_page(
+    conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str, Any], prepare: bool | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The runs a dashboard_runs_* statement found, and its first row: how many runs it
+    read (`scanned`) and where it ended (`last_at`, `last_id`)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query, params, prepare=prepare).fetchall()
+    found = [
+        {k: v for k, v in r.items() if k not in ("scanned", "last_at", "last_id")}
+        for r in rows
+        if r["id"] is not None
+    ]
+    return found, rows[0]
+
+
+def make_cursor(at: datetime | None, run_id: int, section: str = "") -> str:
+    """`id`, or `finished_at~id` for a list by finish time; a section's is prefixed by
+    its name and a colon (`unfinished:id`, `finished:finished_at~id`)."""
+    position = f"{at.isoformat()}~{run_id}" if at is not None else str(run_id)
+    return f"{section}:{position}" if section else position
 
 
 def parse_cursor(cursor: str | None, by_finish: bool) -> tuple[datetime | None, int]:
@@ -279,6 +353,27 @@ def parse_cursor(cursor: str | None, by_finish: bool) -> tuple[datetime | None, 
     except ValueError:
         raise bad_cursor(cursor) from None
     return when, id_cursor(run_id or "x", 0)
+
+
+def parse_section_cursor(
+    cursor: str | None, parts: tuple[str, ...]
+) -> tuple[str, datetime | None, int]:
+    """The section a page starts in and (finished_at, id) to page after in it: the first
+    section from its start without a cursor. A list of one section ("") leaves its cursor
+    to parse_cursor()."""
+    if parts == ("",):
+        return "", END, MAX_ID
+    if not cursor:
+        return parts[0], END, MAX_ID
+    section, colon, position = cursor.partition(":")
+    if not colon or section not in parts:
+        raise BadRequest(
+            f"invalid cursor {cursor[:40]!r}: this list reads its runs in sections "
+            f"({', '.join(parts)}) and its cursor names one, as its pages' `next` does "
+            "(a cursor from before that is no longer valid: start from the first page)"
+        )
+    at, run_id = parse_cursor(position, section == FINISHED)
+    return section, at, run_id
 
 
 def bad_cursor(cursor: str) -> BadRequest:
