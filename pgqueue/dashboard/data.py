@@ -127,20 +127,20 @@ def runs_query(
 ) -> tuple[sql.Composed, bool]:
     """The statement of a page of runs matching `filt` (of its `section`, sections()),
     and whether it pages by finish time (finished states) rather than by id. A state with
-    a queue, or a finished state with a task, reads an index keyed by them, so that every
-    run it reads matches those: the page is exact at any depth; so does a group's
-    unfinished runs in a queue whose runs are `flagged` limited, and an unfinished state
-    with a task when runs_live_task_idx exists (`task_index`: `pgqueue runs search-index
-    --by task`). With no state, a queue or a task reads the same indexes in sections
-    (no_state_query). Other filters (a group elsewhere, q, arg, no state and no queue or
-    task) apply to the runs read, at most SCAN a page."""
+    a queue reads an index keyed by them, so that every run it reads matches those: the
+    page is exact at any depth; so does a group's unfinished runs in a queue whose runs
+    are `flagged` limited, and a state with a task when runs_live_task_idx and
+    runs_finished_task_idx exist (`task_index`: `pgqueue runs search-index --by task`).
+    With no state, a queue or a task reads the same indexes in sections (no_state_query).
+    Other filters (a group elsewhere, q, arg, a task without its indexes, no state and no
+    queue or task) apply to the runs read, at most SCAN a page."""
     state = filt.state
     if state is None:
         return no_state_query(filt, flagged, task_index, section)
     if section:
         raise ValueError(f"a list with a state has no section {section!r}")
     if state in FINISHED_STATES:
-        if filt.task is not None:
+        if filt.task is not None and task_index:
             name = "dashboard_runs_by_finish_task"
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
         if filt.queue is not None:
@@ -173,14 +173,20 @@ def no_state_query(
     a queue's through its states' partial indexes, keyed by queue (exact), else, a task
     alone without that index, every queue's (the task a bounded filter of them); a group
     of a `flagged` queue through runs_group_order_idx (exact). Then the finished runs,
-    through runs_finished_task_idx or runs_finished_queue_idx: exact. Without a queue or
-    a task, the runs of every state along the primary key, the filters bounded."""
+    through runs_finished_task_idx (with `task_index`) or runs_finished_queue_idx: exact;
+    a task alone without that index, every queue's (bounded). Without a queue or a task,
+    the runs of every state along the primary key, the filters bounded."""
     if sections(filt) != SECTIONS:
         if section:
             raise ValueError(f"this list has no section {section!r}")
         return states_query("dashboard_runs_by_id", states=STATES), False
     if section == FINISHED:
-        name = "dashboard_runs_by_finish_task" if filt.task else "dashboard_runs_by_finish_queue"
+        if filt.task is not None and task_index:
+            name = "dashboard_runs_by_finish_task"
+        elif filt.queue is not None:
+            name = "dashboard_runs_by_finish_queue"
+        else:  # a task alone, without its index: the task a bounded filter
+            name = "dashboard_runs_by_finish"
         return states_query(name, window=FINISHED_STATES, states=FINISHED_STATES), True
     if section != UNFINISHED:
         raise ValueError(f"a list with no state has sections {SECTIONS}, not {section!r}")
@@ -592,8 +598,8 @@ EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an 
 def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
     """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
-    (a state with a queue; a finished state with a task, or an unfinished one when
-    runs_live_task_idx is built); otherwise the planner's estimate, labelled as one.
+    (a state with a queue; a state with a task when `pgqueue runs search-index --by
+    task` built its indexes); otherwise the planner's estimate, labelled as one.
     None for a text search (`q`), an argument or an error class, which no index answers."""
     if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
@@ -603,8 +609,9 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     plan = row.fetchone()
     assert plan is not None
     estimate = int(plan[0][0]["Plan"]["Plan Rows"])
-    # an unfinished state with a task is keyed by them only in runs_live_task_idx
-    unkeyed = filt.state in LIVE_STATES and filt.task is not None
+    # a state with a task is keyed by them only in runs_live_task_idx or
+    # runs_finished_task_idx, built on request
+    unkeyed = filt.task is not None
     indexed = filt.state is not None and filt.group is None
     indexed = indexed and (not unkeyed or search_indexes.ready(conn, "task"))
     if indexed and estimate <= EXACT_UP_TO:

@@ -16,28 +16,49 @@ from pgqueue.db import sql as _sql
 
 @dataclass(frozen=True, slots=True)
 class SearchIndex:
-    name: str  # qualified
+    names: tuple[str, ...]  # qualified
     filter: str  # what it serves, in words
-    create: str  # sql/ query names
-    drop: str
+    create: tuple[str, ...]  # sql/ query names, one per index
+    drop: tuple[str, ...]
 
 
 SEARCH_INDEXES = {
     "arguments": SearchIndex(
-        "pgqueue.runs_args_idx", "argument filter", "args_index_create", "args_index_drop"
+        ("pgqueue.runs_args_idx",), "argument filter", ("args_index_create",), ("args_index_drop",)
     ),
+    # one task's runs: its unfinished ones by state, its finished ones by finish time
     "task": SearchIndex(
-        "pgqueue.runs_live_task_idx",
-        "list of one task's unfinished runs",
-        "task_index_create",
-        "task_index_drop",
+        ("pgqueue.runs_live_task_idx", "pgqueue.runs_finished_task_idx"),
+        "lists of one task's runs",
+        ("task_index_create", "task_finished_index_create"),
+        ("task_index_drop", "task_finished_index_drop"),
     ),
 }
 
 
 def ready(conn: psycopg.Connection[Any], kind: str) -> bool:
-    """Whether the index `kind` (a key of SEARCH_INDEXES) exists and is usable: a build
-    that failed or is still going leaves it invalid or not ready."""
-    row = conn.execute(_sql.query("index_ready"), {"index": SEARCH_INDEXES[kind].name})
-    found = row.fetchone()
-    return bool(found and found[0])
+    """Whether the indexes of `kind` (a key of SEARCH_INDEXES) exist and are usable: a
+    build that failed or is still going leaves one invalid or not ready."""
+    for name in SEARCH_INDEXES[kind].names:
+        found = conn.execute(_sql.query("index_ready"), {"index": name}).fetchone()
+        if not (found and found[0]):
+            return False
+    return True
+
+
+def build(conn: psycopg.Connection[Any], kind: str) -> None:
+    """Build the indexes of `kind` (CONCURRENTLY: `conn` in autocommit), each again
+    from scratch unless it is ready: a failed build leaves an invalid index, which the
+    create's IF NOT EXISTS would keep."""
+    index = SEARCH_INDEXES[kind]
+    for name, create, drop in zip(index.names, index.create, index.drop, strict=True):
+        found = conn.execute(_sql.query("index_ready"), {"index": name}).fetchone()
+        if not (found and found[0]):
+            conn.execute(_sql.query(drop))
+            conn.execute(_sql.query(create))
+
+
+def drop(conn: psycopg.Connection[Any], kind: str) -> None:
+    """Drop the indexes of `kind` (CONCURRENTLY: `conn` in autocommit)."""
+    for query in SEARCH_INDEXES[kind].drop:
+        conn.execute(_sql.query(query))

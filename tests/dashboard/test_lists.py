@@ -17,7 +17,6 @@ pytest.importorskip("starlette")
 from fastapi.testclient import TestClient
 
 from pgqueue.dashboard import asgi, data
-from pgqueue.db import sql as _sql
 from pgqueue.ops import search_indexes
 from tests.cli.helpers import assert_user_error, cli
 from tests.dashboard.test_data import FILTERS, START, assert_reads, plan_nodes, rows_read
@@ -34,8 +33,8 @@ def deep(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     """30,000 queued runs of 'bulk' and, older than all of them, 300 of 'rare'; 60,000
     finished runs of task 'common' and, finished before all of them, 300 of 'old' (a
     third failed) in queue 'q', the others in four queues; 5,000 scheduled runs of 'later'
-    and 50 of 'few'. With runs_live_task_idx (`pgqueue runs search-index --by task`)."""
-    conn.execute(_sql.query("task_index_create"))
+    and 50 of 'few'. With the task's indexes (`pgqueue runs search-index --by task`)."""
+    search_indexes.build(conn, "task")
     conn.execute("""
         INSERT INTO pgqueue.runs (task, queue, priority)
         SELECT 'r', 'rare', i % 3 FROM generate_series(1, 300) i;
@@ -290,8 +289,8 @@ def test_a_group_of_a_limited_queue_is_listed_in_any_unfinished_state(
         ),
         (
             data.RunFilter(state="succeeded", task="old", arg="[1]"),
-            "runs_finished_task_idx",
-            "runs_finished_task_idx",
+            "runs_finished_idx",
+            "runs_finished_idx",
         ),
     ],
 )
@@ -364,22 +363,31 @@ def test_search_index_needs_a_schema(
 def test_a_task_list_without_its_index_is_bounded_and_right(
     web: TestClient, deep: psycopg.Connection[Any], dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without runs_live_task_idx (migration 0032 drops the one 0026 built), one task's
-    unfinished runs are kept from the state's own index, at most SCAN read a page: the
-    pages hold every match once, newest first, and the count is an estimate; `pgqueue
-    runs search-index --by task` makes them exact again."""
+    """Without the task's indexes (migrations 0032 and 0033 drop the ones 0024 and 0026
+    built), one task's unfinished runs are kept from the state's own index and its
+    finished ones from the finished runs', at most SCAN read a page: the pages hold every
+    match once, newest first, and the count is an estimate; `pgqueue runs search-index
+    --by task` makes them exact again."""
     dropped = search_index(dsn, capsys, "--by", "task", "--drop")
-    assert "dropped pgqueue.runs_live_task_idx" in dropped
+    assert "dropped pgqueue.runs_live_task_idx and pgqueue.runs_finished_task_idx" in dropped
     assert not search_indexes.ready(deep, "task")
-    for query in ("state=queued&task=r", "state=scheduled&queue=later&task=r"):
+    lengths = {"state=queued&task=r": 300, "state=scheduled&queue=later&task=r": 5000}
+    for query, n in {**lengths, "state=failed&task=old": 100}.items():
         runs = [r for p in all_pages(web, query) for r in p]
-        assert len(runs) == (300 if "queued" in query else 5000)
-        ids = [r["id"] for r in runs]
-        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
+        assert len(runs) == n, query
+        key = "finished_at" if "failed" in query else "id"
+        order = [r[key] for r in runs]
+        assert order == sorted(order, reverse=True) and len({r["id"] for r in runs}) == n
     statement, _ = data.runs_query(data.RunFilter(state="queued", task="r"))
     read = rows_read(deep, statement, {**FILTERS, **START, "task": "r"})
     assert "runs_live_task_idx" not in read and read["runs_pkey"] <= data.SCAN + 10, read
-    assert web.get("/api/runs/count?state=queued&task=r").json()["exact"] is False
-    assert "ready" in search_index(dsn, capsys, "--by", "task")
-    assert search_indexes.ready(deep, "task")
-    assert web.get("/api/runs/count?state=queued&task=r").json() == {"count": 300, "exact": True}
+    statement, _ = data.runs_query(data.RunFilter(state="failed", task="old"))
+    read = rows_read(deep, statement, {**FILTERS, **START, "task": "old"})
+    assert "runs_finished_task_idx" not in read and read["runs_failed_idx"] <= data.SCAN + 10
+    for state, n in (("queued", 300), ("failed", 100)):
+        url = f"/api/runs/count?state={state}&task={'r' if state == 'queued' else 'old'}"
+        assert web.get(url).json()["exact"] is False
+        assert "ready" in search_index(dsn, capsys, "--by", "task")
+        assert search_indexes.ready(deep, "task")
+        assert web.get(url).json() == {"count": n, "exact": True}
+        search_index(dsn, capsys, "--by", "task", "--drop")
