@@ -7,23 +7,7 @@
 -- those are the page's candidates. A page costs about (queues x priorities in use) x
 -- %(scan)s index entries, however long the backlog. The rows are then fetched by id and
 -- filtered as in dashboard_runs_live.sql; the first row says where the scan ended.
-WITH RECURSIVE pairs AS (
-    (SELECT queue, priority
-     FROM pgqueue.runs
-     WHERE state = 'queued'
-     ORDER BY queue, priority
-     LIMIT 1)
-    UNION ALL
-    SELECT n.queue, n.priority
-    FROM pairs p
-    CROSS JOIN LATERAL (
-        SELECT queue, priority
-        FROM pgqueue.runs
-        WHERE state = 'queued' AND (queue, priority) > (p.queue, p.priority)
-        ORDER BY queue, priority
-        LIMIT 1
-    ) n
-),
+WITH RECURSIVE {{queued_queue_priorities}}
 ids AS MATERIALIZED (
     SELECT x.id
     FROM pairs p
@@ -39,11 +23,4 @@ ids AS MATERIALIZED (
     ORDER BY x.id DESC
     LIMIT %(scan)s
 ),
-scanned AS MATERIALIZED (
-    SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
-           cancel_reason, lease_expires_at, args, kwargs
-    FROM pgqueue.runs
-    WHERE id = ANY (ARRAY(SELECT id FROM ids))
-),
-{{dashboard_page}}
+{{dashboard_page_by_ids}}

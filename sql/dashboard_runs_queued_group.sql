@@ -5,23 +5,7 @@
 -- runs_group_claim_idx (queue, priority, group_key, id), whose four columns the
 -- conditions fix, so that every id read is of the group. The rows are then fetched by id and the other filters
 -- apply; the first row says where the scan ended.
-WITH RECURSIVE prios AS (
-    (SELECT priority
-     FROM pgqueue.runs
-     WHERE state = 'queued' AND queue = %(queue)s::text
-     ORDER BY queue, priority
-     LIMIT 1)
-    UNION ALL
-    SELECT n.priority
-    FROM prios p
-    CROSS JOIN LATERAL (
-        SELECT priority
-        FROM pgqueue.runs
-        WHERE state = 'queued' AND queue = %(queue)s::text AND priority > p.priority
-        ORDER BY queue, priority
-        LIMIT 1
-    ) n
-),
+WITH RECURSIVE {{queued_priorities_of_queue}}
 ids AS MATERIALIZED (
     SELECT x.id
     FROM prios p
@@ -37,11 +21,4 @@ ids AS MATERIALIZED (
     ORDER BY x.id DESC
     LIMIT %(scan)s
 ),
-scanned AS MATERIALIZED (
-    SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
-           cancel_reason, lease_expires_at, args, kwargs
-    FROM pgqueue.runs
-    WHERE id = ANY (ARRAY(SELECT id FROM ids))
-),
-{{dashboard_page}}
+{{dashboard_page_by_ids}}

@@ -4,23 +4,7 @@
 -- read (a backward range of the index); the newest %(scan)s of those are the page's
 -- candidates, every one of them in the queue. The rows are then fetched by id and
 -- filtered as in dashboard_runs_live.sql; the first row says where the scan ended.
-WITH RECURSIVE prios AS (
-    (SELECT priority
-     FROM pgqueue.runs
-     WHERE state = 'queued' AND queue = %(queue)s::text
-     ORDER BY queue, priority
-     LIMIT 1)
-    UNION ALL
-    SELECT n.priority
-    FROM prios p
-    CROSS JOIN LATERAL (
-        SELECT priority
-        FROM pgqueue.runs
-        WHERE state = 'queued' AND queue = %(queue)s::text AND priority > p.priority
-        ORDER BY queue, priority
-        LIMIT 1
-    ) n
-),
+WITH RECURSIVE {{queued_priorities_of_queue}}
 ids AS MATERIALIZED (
     SELECT x.id
     FROM prios p
@@ -36,11 +20,4 @@ ids AS MATERIALIZED (
     ORDER BY x.id DESC
     LIMIT %(scan)s
 ),
-scanned AS MATERIALIZED (
-    SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
-           cancel_reason, lease_expires_at, args, kwargs
-    FROM pgqueue.runs
-    WHERE id = ANY (ARRAY(SELECT id FROM ids))
-),
-{{dashboard_page}}
+{{dashboard_page_by_ids}}

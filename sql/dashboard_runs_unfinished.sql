@@ -8,23 +8,7 @@
 -- (`id + 0`, as in dashboard_runs_live.sql). The newest %(scan)s of them are read, the
 -- rows fetched by id and the filters applied to those; the first row says where the scan
 -- ended (the section ends when fewer than %(scan)s were read).
-WITH RECURSIVE pairs AS (
-    (SELECT queue, priority
-     FROM pgqueue.runs
-     WHERE state = 'queued'
-     ORDER BY queue, priority
-     LIMIT 1)
-    UNION ALL
-    SELECT n.queue, n.priority
-    FROM pairs p
-    CROSS JOIN LATERAL (
-        SELECT queue, priority
-        FROM pgqueue.runs
-        WHERE state = 'queued' AND (queue, priority) > (p.queue, p.priority)
-        ORDER BY queue, priority
-        LIMIT 1
-    ) n
-),
+WITH RECURSIVE {{queued_queue_priorities}}
 ids AS MATERIALIZED (
     SELECT u.id
     FROM (
@@ -61,11 +45,4 @@ ids AS MATERIALIZED (
     ORDER BY u.id DESC
     LIMIT %(scan)s
 ),
-scanned AS MATERIALIZED (
-    SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
-           cancel_reason, lease_expires_at, args, kwargs
-    FROM pgqueue.runs
-    WHERE id = ANY (ARRAY(SELECT id FROM ids))
-),
-{{dashboard_page}}
+{{dashboard_page_by_ids}}

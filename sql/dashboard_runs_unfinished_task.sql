@@ -23,11 +23,4 @@ WITH ids AS MATERIALIZED (
     ORDER BY x.id DESC
     LIMIT %(scan)s
 ),
-scanned AS MATERIALIZED (
-    SELECT id, task, queue, state, group_key, priority, attempt, max_attempts, error,
-           parent_id, run_at, created_at, started_at, finished_at, idempotency_key,
-           cancel_reason, lease_expires_at, args, kwargs
-    FROM pgqueue.runs
-    WHERE id = ANY (ARRAY(SELECT id FROM ids))
-),
-{{dashboard_page}}
+{{dashboard_page_by_ids}}
