@@ -4,7 +4,6 @@ first and is recorded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,12 +17,6 @@ from pgqueue.dashboard import asgi
 from tests.dashboard.test_confirm import audit, post_form
 from tests.dashboard.test_routes import csrf, enqueue
 from tests.helpers import run_state as state_of
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 def test_act_on_selected_runs(web: TestClient, conn: psycopg.Connection[Any]) -> None:

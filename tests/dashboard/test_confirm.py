@@ -4,7 +4,6 @@ succeeded), takes an optional reason, and is recorded in pgqueue.audit (issue 43
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -20,12 +19,6 @@ from tests.dashboard.test_routes import csrf, enqueue
 from tests.helpers import run_state as state_of
 
 ORIGIN = {"Origin": "http://testserver"}
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 def post_form(web: TestClient, url: str, **fields: str) -> Any:

@@ -5,7 +5,6 @@ by it, so that every run read matches and pages are full at any depth; counts pe
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -16,16 +15,10 @@ pytest.importorskip("starlette")
 
 from fastapi.testclient import TestClient
 
-from pgqueue.dashboard import asgi, data
+from pgqueue.dashboard import data
 from pgqueue.ops import search_indexes
 from tests.cli.helpers import assert_user_error, cli
 from tests.dashboard.test_data import FILTERS, START, assert_reads, plan_nodes, rows_read
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 @pytest.fixture

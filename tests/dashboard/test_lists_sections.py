@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,7 +17,7 @@ pytest.importorskip("starlette")
 
 from fastapi.testclient import TestClient
 
-from pgqueue.dashboard import asgi, data
+from pgqueue.dashboard import data
 from pgqueue.ops import search_indexes
 from tests.dashboard.test_data import FILTERS, START, rows_read
 from tests.dashboard.test_lists import search_index
@@ -76,12 +75,6 @@ FILL = [
       FROM generate_series(1, %(others)s) i
     """,
 ]
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ costs the database at most 0.2 s a minute; a run's progress moves on its page.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -15,7 +14,7 @@ pytest.importorskip("starlette")
 from fastapi.testclient import TestClient
 from psycopg.types.json import Jsonb
 
-from pgqueue.dashboard import asgi, routes
+from pgqueue.dashboard import routes
 from tests.dashboard.test_routes import enqueue, running
 
 
@@ -27,12 +26,6 @@ def working(conn: psycopg.Connection[Any], queue: str) -> int:
         (run_id,),
     )
     return run_id
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 def test_refresh_is_paced_by_what_a_part_costs() -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -13,17 +12,10 @@ pytest.importorskip("starlette")
 
 from fastapi.testclient import TestClient
 
-from pgqueue.dashboard import asgi
 from pgqueue.db import sql as _sql
 from pgqueue.ops.retention import fold_tally
 from tests.dashboard.test_confirm import post_form
 from tests.dashboard.test_data import assert_reads, big, plan, reads  # noqa: F401  (big: a fixture)
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 def finish(conn: psycopg.Connection[Any], n: int, queue: str, state: str, **kw: Any) -> None:

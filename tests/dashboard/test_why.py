@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -16,14 +15,7 @@ pytest.importorskip("starlette")
 from fastapi.testclient import TestClient
 
 import pgqueue
-from pgqueue.dashboard import asgi
 from tests.dashboard.test_routes import enqueue, live_worker, why
-
-
-@pytest.fixture
-def web(dsn: str) -> Iterator[TestClient]:
-    with TestClient(asgi(dsn, upstream_auth=True)) as c:
-        yield c
 
 
 def expired(conn: psycopg.Connection[Any], queue: str) -> int:
