@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -43,7 +44,7 @@ POLL_MIN = 0.05  # seconds between two polls at least, whatever a waiter asks fo
 CONNECT_WAIT = 2.0  # how long a new waiter waits for the shared LISTEN before it goes on
 
 
-class Waiter:
+class Waiter(ABC):
     """One wait() or wait_async() in progress: `wake()` tells it to look (from any
     thread). `watched`: whether its run's NOTIFY is asked for (None while a batch of
     watch_async is asking). Slots, no closure: a thousand waits hold a thousand."""
@@ -55,8 +56,9 @@ class Waiter:
         self.poll_interval = poll_interval
         self.watched: bool | None = False
 
+    @abstractmethod
     def wake(self) -> None:
-        raise NotImplementedError
+        """Tell the waiter to read its run (from any thread)."""
 
 
 class ThreadWaiter(Waiter):
@@ -181,11 +183,13 @@ class Waiters:
                 batch.append(waiter)  # the running flush takes it in its next batch
                 return
             self._batches[loop] = [waiter]
-        task = loop.create_task(self._flush(loop))
+        task = loop.create_task(self._flush())
         self._flushers.add(task)
         task.add_done_callback(self._flushers.discard)
 
-    async def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _flush(self) -> None:
+        """Ask for the batches of the running loop until it starts no more waits."""
+        loop = asyncio.get_running_loop()
         await asyncio.sleep(0)  # the waits started in this turn of the loop join the batch
         try:
             while True:

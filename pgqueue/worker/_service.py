@@ -7,6 +7,7 @@ import contextvars
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import Any, TypeAlias
 
 from psycopg_pool import AsyncConnectionPool
@@ -138,7 +139,7 @@ def reached(what: str, failures: int) -> None:
         outage().succeeded(what)
 
 
-class Service:
+class Service(ABC):
     """A periodic duty: `tick()` does one round and returns seconds until the next one.
     A database outage is logged and retried with backoff; a bug is logged too, since one
     duty failing must not take the worker's other runs down with it. Each duty is given
@@ -146,8 +147,9 @@ class Service:
 
     name = "service"
 
+    @abstractmethod
     async def tick(self) -> float:
-        raise NotImplementedError
+        """One round of the duty; the seconds until the next."""
 
     async def run(self) -> None:
         failures = 0
