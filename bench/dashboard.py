@@ -2,7 +2,7 @@
 docs/dashboard.md lists, timed in the request handler (routing, queries, rendering; no network).
 
     python -m bench.dashboard [--finished 1000000] [--last-hour 0] [--queued 100000]
-                              [--repeat 30] [--no-tally]
+                              [--repeat 30] [--no-tally] [--search-index KIND ...]
 
 The data: `--finished` finished runs over the last 7 days (2% failed, 1% canceled; the
 retention a week of history implies), of which the last hour holds its share, plus
@@ -13,7 +13,9 @@ figure is the median, 95th percentile and maximum of `--repeat` requests after t
 warm-up requests. The `pgqueue queues` and `pgqueue runs list` calls (App.queue_summary,
 App.list_runs) are timed the same way. The tally of finished runs is brought up to date
 before timing, as running workers keep it; `--no-tally` leaves its mark an hour back,
-so that what reads the last hour reads an hour of runs.
+so that what reads the last hour reads an hour of runs. `--search-index` builds the
+indexes an operator builds on request (`pgqueue runs search-index --by KIND`) before timing;
+without them, their lists read a bounded window.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any
 import pgqueue
 from bench.common import DEFAULT_SERVER, Scratch, vacuum_analyze
 from pgqueue.dashboard.core import Dashboard, Request
+from pgqueue.dashboard.data import FINISHED, make_cursor
+from pgqueue.ops import search_indexes
 from pgqueue.ops.retention import fold_tally
 
 WORKERS = [f"00000000-0000-0000-0000-{i:012d}" for i in range(1, 11)]
@@ -115,6 +119,14 @@ def paths(conn: Any) -> list[str]:
 
     failed = one("SELECT max(id) FROM pgqueue.runs WHERE state = 'failed'")
     queued = one("SELECT max(id) FROM pgqueue.runs WHERE state = 'queued' AND queue = 'crawl'")
+    # a cursor half way down the finished runs of a queue (a list in sections, deep)
+    row = conn.execute(
+        "SELECT finished_at, id FROM pgqueue.runs WHERE queue = 'crawl'"
+        " AND state IN ('succeeded', 'failed', 'canceled') ORDER BY finished_at DESC, id DESC"
+        " OFFSET (SELECT count(*) / 8 FROM pgqueue.runs"
+        "         WHERE state IN ('succeeded', 'failed', 'canceled')) LIMIT 1"
+    ).fetchone()
+    deep = make_cursor(row[0], row[1], FINISHED)
     return [
         "/",
         "/parts/overview",
@@ -151,6 +163,15 @@ def paths(conn: Any) -> list[str]:
         "/audit",
         "/parts/queues/crawl",
         f"/parts/runs/{queued}",
+        # lists in sections (no state: a queue's or a task's unfinished runs, then its
+        # finished ones), the unfiltered finished list, a group's runs anywhere
+        "/api/runs?state=succeeded",
+        "/api/runs?queue=crawl",
+        f"/api/runs?queue=crawl&cursor={deep}",
+        "/api/runs?task=bench.task",
+        "/api/runs?group=tenant-9",
+        "/api/runs?state=succeeded&group=tenant-9",
+        "/api/runs?state=queued&queue=emails&group=tenant-9",
     ]
 
 
@@ -163,6 +184,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--keep", action="store_true", help="Reuse a filled database.")
     parser.add_argument("--no-tally", action="store_true", help="Leave the tally an hour back.")
+    parser.add_argument(
+        "--search-index",
+        action="append",
+        default=[],
+        choices=sorted(search_indexes.SEARCH_INDEXES),
+        help="Build these indexes first, as `pgqueue runs search-index --by KIND` does.",
+    )
     args = parser.parse_args()
 
     scratch = Scratch(args.server, "pgqueue_bench_dashboard")
@@ -182,6 +210,9 @@ def main() -> None:
         conn.execute("TRUNCATE pgqueue.finished_tally")
         if not args.no_tally:
             fold_tally(conn)
+        for kind in args.search_index:
+            search_indexes.build(conn, kind)
+        conn.execute("ANALYZE pgqueue.runs")
         targets = paths(conn)
     dashboard = Dashboard(scratch.dsn)
     app = pgqueue.App(scratch.dsn)
