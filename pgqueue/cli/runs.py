@@ -203,7 +203,7 @@ def _no_filters(bulk: dict[str, Any]) -> None:
     type=click.Choice(sorted(search_indexes.SEARCH_INDEXES)),
     default="arguments",
     show_default=True,
-    help="Which filter: runs by argument values, or one task's runs.",
+    help="Which filter: runs by argument values, one task's runs, or one group's runs.",
 )
 @click.option("--drop", is_flag=True, help="Drop the index instead.")
 def runs_search_index(dsn: str | None, embedded: bool, kind: str, drop: bool) -> None:
@@ -211,7 +211,8 @@ def runs_search_index(dsn: str | None, embedded: bool, kind: str, drop: bool) ->
 
     Not built by `pgqueue migrate`: every enqueue, claim or finish writes its entries
     (measured: arguments 11-14% of processing; task 0.78x bulk enqueues and an index entry
-    more per finished run). Built and dropped CONCURRENTLY: work goes on. Without it,
+    more per finished run; group's are of task's shape, written for runs with a group
+    only). Built and dropped CONCURRENTLY: work goes on. Without it,
     that filter reads 2,000 runs a page."""
     index = search_indexes.SEARCH_INDEXES[kind]
     with db.connect(resolve_dsn(dsn, embedded)) as conn:

@@ -107,39 +107,54 @@ def states_query(name: str, **states: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(text).format(**{k: _literals(v) for k, v in states.items()})
 
 
-# A list with no state and a queue or a task reads these sections one after the other:
-# the unfinished runs newest (largest id) first, then the finished ones most recently
-# finished first, each through an index keyed by the queue or the task.
+# A list with no state and a queue or a task (or a group, with its indexes) reads these
+# sections one after the other: the unfinished runs newest (largest id) first, then the
+# finished ones most recently finished first, each through an index keyed by the queue,
+# the task or the group.
 UNFINISHED, FINISHED = "unfinished", "finished"
 SECTIONS = (UNFINISHED, FINISHED)
 
 
-def sections(filt: RunFilter) -> tuple[str, ...]:
-    """The sections a list of `filt` reads in turn: SECTIONS with no state and a queue or
-    a task, else one ("": the list itself)."""
-    if filt.state is None and (filt.queue is not None or filt.task is not None):
+def sections(filt: RunFilter, group_index: bool = False) -> tuple[str, ...]:
+    """The sections a list of `filt` reads in turn: SECTIONS with no state and a queue, a
+    task, or a group when runs_live_group_idx and runs_finished_group_idx exist
+    (`group_index`), else one ("": the list itself)."""
+    keyed = filt.queue is not None or filt.task is not None
+    if filt.state is None and (keyed or (filt.group is not None and group_index)):
         return SECTIONS
     return ("",)
 
 
 def runs_query(
-    filt: RunFilter, flagged: bool = False, task_index: bool = False, section: str = ""
+    filt: RunFilter,
+    flagged: bool = False,
+    task_index: bool = False,
+    section: str = "",
+    group_index: bool = False,
 ) -> tuple[sql.Composed, bool]:
     """The statement of a page of runs matching `filt` (of its `section`, sections()),
     and whether it pages by finish time (finished states) rather than by id. A state with
     a queue reads an index keyed by them, so that every run it reads matches those: the
-    page is exact at any depth; so does a group's unfinished runs in a queue whose runs
-    are `flagged` limited, and a state with a task when runs_live_task_idx and
-    runs_finished_task_idx exist (`task_index`: `pgqueue runs search-index --by task`).
-    With no state, a queue or a task reads the same indexes in sections (no_state_query).
-    Other filters (a group elsewhere, q, arg, a task without its indexes, no state and no
-    queue or task) apply to the runs read, at most SCAN a page."""
+    page is exact at any depth; so does a state with a group when runs_live_group_idx and
+    runs_finished_group_idx exist (`group_index`: `pgqueue runs search-index --by group`;
+    in any queue, the queue then a filter of the group's runs), else a group's unfinished
+    runs in a queue whose runs are `flagged` limited; and a state with a task when
+    runs_live_task_idx and runs_finished_task_idx exist (`task_index`: `pgqueue runs
+    search-index --by task`). A group with its indexes comes first: a group's runs are
+    usually fewer than a task's or a queue's. With no state, a queue, a task or an indexed
+    group reads the same indexes in sections (no_state_query). Other filters (a group
+    elsewhere without its indexes, q, arg, a task without its indexes, no state and no
+    queue, task or indexed group) apply to the runs read, at most SCAN a page."""
     state = filt.state
+    by_group = filt.group is not None and group_index
     if state is None:
-        return no_state_query(filt, flagged, task_index, section)
+        return no_state_query(filt, flagged, task_index, section, group_index)
     if section:
         raise ValueError(f"a list with a state has no section {section!r}")
     if state in FINISHED_STATES:
+        if by_group:
+            name = "dashboard_runs_by_finish_group"
+            return states_query(name, window=FINISHED_STATES, states=(state,)), True
         if filt.task is not None and task_index:
             name = "dashboard_runs_by_finish_task"
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
@@ -148,6 +163,9 @@ def runs_query(
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
         window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
         return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+    if by_group:  # unfinished: group, state
+        name = "dashboard_runs_live_group_any"
+        return states_query(name, window=LIVE_STATES, states=(state,)), False
     grouped = filt.queue is not None and filt.group is not None and flagged
     if state == RunState.QUEUED and grouped:
         return states_query("dashboard_runs_queued_group"), False
@@ -166,22 +184,27 @@ def runs_query(
 
 
 def no_state_query(
-    filt: RunFilter, flagged: bool, task_index: bool, section: str
+    filt: RunFilter, flagged: bool, task_index: bool, section: str, group_index: bool = False
 ) -> tuple[sql.Composed, bool]:
-    """runs_query() of a list with no state. With a queue or a task it has two sections.
-    The unfinished runs: a task's through runs_live_task_idx when it exists (exact), else
-    a queue's through its states' partial indexes, keyed by queue (exact), else, a task
-    alone without that index, every queue's (the task a bounded filter of them); a group
-    of a `flagged` queue through runs_group_order_idx (exact). Then the finished runs,
-    through runs_finished_task_idx (with `task_index`) or runs_finished_queue_idx: exact;
-    a task alone without that index, every queue's (bounded). Without a queue or a task,
-    the runs of every state along the primary key, the filters bounded."""
-    if sections(filt) != SECTIONS:
+    """runs_query() of a list with no state. With a queue, a task or a group with its
+    indexes (`group_index`) it has two sections. The unfinished runs: a group's through
+    runs_live_group_idx when it exists (exact), else a task's through runs_live_task_idx
+    when it exists (exact), else a group of a `flagged` queue through runs_group_order_idx
+    (exact), else a queue's through its states' partial indexes, keyed by queue (exact),
+    else, a task alone without its index, every queue's (the task a bounded filter of
+    them). Then the finished runs, through runs_finished_group_idx (with `group_index`),
+    runs_finished_task_idx (with `task_index`) or runs_finished_queue_idx: exact; a task
+    alone without its index, every queue's (bounded). Without a queue, a task or an indexed
+    group, the runs of every state along the primary key, the filters bounded."""
+    by_group = filt.group is not None and group_index
+    if sections(filt, group_index) != SECTIONS:
         if section:
             raise ValueError(f"this list has no section {section!r}")
         return states_query("dashboard_runs_by_id", states=STATES), False
     if section == FINISHED:
-        if filt.task is not None and task_index:
+        if by_group:
+            name = "dashboard_runs_by_finish_group"
+        elif filt.task is not None and task_index:
             name = "dashboard_runs_by_finish_task"
         elif filt.queue is not None:
             name = "dashboard_runs_by_finish_queue"
@@ -190,6 +213,8 @@ def no_state_query(
         return states_query(name, window=FINISHED_STATES, states=FINISHED_STATES), True
     if section != UNFINISHED:
         raise ValueError(f"a list with no state has sections {SECTIONS}, not {section!r}")
+    if by_group:
+        return states_query("dashboard_runs_unfinished_group", window=LIVE_STATES), False
     if filt.task is not None and task_index:
         return states_query("dashboard_runs_unfinished_task", window=LIVE_STATES), False
     if filt.queue is not None and filt.group is not None and flagged:
@@ -278,10 +303,11 @@ def list_runs(
         found = row.fetchone()
         flagged = bool(found and found[0])
     task_index = filt.task is not None and search_indexes.ready(conn, "task")
+    group_index = filt.group is not None and search_indexes.ready(conn, "group")
     # an argument filter with runs_args_idx: the index's matches, every one on the page;
     # a custom plan each time, so the planner weighs how many runs match
     indexed_arg = filt.arg is not None and search_indexes.ready(conn, "arguments")
-    parts = ("",) if indexed_arg else sections(filt)
+    parts = ("",) if indexed_arg else sections(filt, group_index)
     section, before_at, before_id = parse_section_cursor(cursor, parts)
     runs: list[dict[str, Any]] = []
     scanned = 0
@@ -290,7 +316,7 @@ def list_runs(
         if indexed_arg:
             query, by_finish = states_query("dashboard_runs_by_arg", states=STATES), False
         else:
-            query, by_finish = runs_query(filt, flagged, task_index, section)
+            query, by_finish = runs_query(filt, flagged, task_index, section, group_index)
         if not section:  # one list: its cursor is of its own kind
             before_at, before_id = parse_cursor(cursor, by_finish)
         wanted = limit - len(runs)
@@ -598,8 +624,9 @@ EXACT_UP_TO = 10_000  # a filter's count is exact up to this many runs, else an 
 def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any] | None:
     """How many runs the list of `filt` holds: {"count": n, "exact": bool}. Exact when
     the planner expects at most EXACT_UP_TO and an index keyed by the filter answers it
-    (a state with a queue; a state with a task when `pgqueue runs search-index --by
-    task` built its indexes); otherwise the planner's estimate, labelled as one.
+    (a state with a queue; a state with a task or a group when `pgqueue runs search-index
+    --by task` or `--by group` built its indexes); otherwise the planner's estimate,
+    labelled as one.
     None for a text search (`q`), an argument or an error class, which no index answers."""
     if filt.q is not None or filt.arg is not None or filt.error_class is not None:
         return None
@@ -609,11 +636,14 @@ def count_runs(conn: psycopg.Connection[Any], filt: RunFilter) -> dict[str, Any]
     plan = row.fetchone()
     assert plan is not None
     estimate = int(plan[0][0]["Plan"]["Plan Rows"])
-    # a state with a task is keyed by them only in runs_live_task_idx or
-    # runs_finished_task_idx, built on request
-    unkeyed = filt.task is not None
-    indexed = filt.state is not None and filt.group is None
-    indexed = indexed and (not unkeyed or search_indexes.ready(conn, "task"))
+    # a state with a group or a task is keyed by them only in the indexes built on
+    # request (runs_live_group_idx... runs_finished_task_idx); a group's answer whatever
+    # the task
+    indexed = filt.state is not None
+    if filt.group is not None:
+        indexed = indexed and search_indexes.ready(conn, "group")
+    elif filt.task is not None:
+        indexed = indexed and search_indexes.ready(conn, "task")
     if indexed and estimate <= EXACT_UP_TO:
         counted = conn.execute(
             states_query("dashboard_count", states=states),

@@ -33,6 +33,14 @@ SEARCH_INDEXES = {
         ("task_index_create", "task_finished_index_create"),
         ("task_index_drop", "task_finished_index_drop"),
     ),
+    # one group's runs in any queue, likewise (a limited queue's groups have their own
+    # indexes, built by the migrations: the claim reads them)
+    "group": SearchIndex(
+        ("pgqueue.runs_live_group_idx", "pgqueue.runs_finished_group_idx"),
+        "lists of one group's runs",
+        ("group_index_create", "group_finished_index_create"),
+        ("group_index_drop", "group_finished_index_drop"),
+    ),
 }
 
 
