@@ -123,10 +123,11 @@ def seed(conn: psycopg.Connection[Any]) -> dict[str, int]:
         "INSERT INTO pgqueue.queues (name, concurrency, group_concurrency) VALUES ('crawl', 4, 2)"
     )
     conn.execute("""
-        INSERT INTO pgqueue.runs (task, queue, state, run_at, started_at, finished_at, attempt)
+        INSERT INTO pgqueue.runs (task, queue, state, created_at, run_at, started_at,
+                                  finished_at, attempt)
         SELECT CASE WHEN q = 'emails' THEN 'send_email' WHEN q = 'crawl' THEN 'crawl_page'
                     ELSE 'build_report' END,
-               q, 'succeeded', t - (random() * 0.8 + 0.05) * interval '1 s',
+               q, 'succeeded', t - interval '1 s', t - (random() * 0.8 + 0.05) * interval '1 s',
                t - interval '0.02 s' * (1 + random()), t, 1
         FROM (SELECT (ARRAY['emails', 'emails', 'emails', 'crawl', 'crawl', 'reports'])
                          [1 + i % 6] AS q,
@@ -134,9 +135,10 @@ def seed(conn: psycopg.Connection[Any]) -> dict[str, int]:
               FROM (SELECT i, i / 6000.0 AS u FROM generate_series(1, 6000) i) g) x
     """)
     conn.execute("""
-        INSERT INTO pgqueue.runs (task, queue, state, args, run_at, started_at, finished_at,
-                                  attempt, error)
+        INSERT INTO pgqueue.runs (task, queue, state, args, created_at, run_at, started_at,
+                                  finished_at, attempt, error)
         SELECT 'send_email', 'emails', 'failed', jsonb_build_array('user' || i || '@example.com'),
+               now() - i * interval '3 min' - interval '70 s',
                now() - i * interval '3 min', now() - i * interval '3 min',
                now() - i * interval '3 min' + interval '0.4 s', 3,
                'SMTPServerDisconnected: Connection unexpectedly closed'
@@ -203,7 +205,8 @@ smtplib.SMTPServerDisconnected: Connection unexpectedly closed'
         (batch,),
     )
     conn.execute(  # 9 of 12 finished: counted by the batch trigger as a worker's would be
-        "UPDATE pgqueue.runs SET state = 'succeeded', finished_at = now() "
+        "UPDATE pgqueue.runs SET state = 'succeeded', attempt = 1, started_at = now(), "
+        "finished_at = now() "
         "WHERE id IN (SELECT id FROM pgqueue.runs WHERE batch_id = %s ORDER BY id LIMIT 9)",
         (batch,),
     )
