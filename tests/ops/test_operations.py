@@ -150,8 +150,8 @@ def test_views_and_retention_read_indexes_on_a_million_runs(
     assert q0 == (4000, 4000)
 
     for state, indexes in (
-        ("succeeded", {"runs_finished_idx"}),
-        ("failed", {"runs_finished_idx", "runs_failed_idx"}),
+        ("succeeded", {"runs_finished_queue_idx"}),
+        ("failed", {"runs_finished_queue_idx", "runs_failed_idx"}),
     ):
         params = {"state": state, "older_than": 86400.0, "limit": 1000, "tallied_only": True}
         found = scans(plan(conn, "prune_runs", params))
