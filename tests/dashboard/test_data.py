@@ -176,7 +176,7 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         query = _bulk.with_states("bulk_count", (state,))
         assert_reads(conn, query, filt, index)
         if action == "retry":
-            query = _bulk.with_states("bulk_retry", (state,), 1000)
+            query = _bulk.retry_query((state,), 1000)
         else:
             query = _bulk.cancel_query(state, 1000)
         assert_reads(conn, query, filt | batch, index)
