@@ -177,3 +177,42 @@ def test_the_list_of_finished_runs_merges_every_queue(history: Conn, filt: data.
         if cursor is None:
             break
     assert listed == [i for (i,) in expected]
+
+
+def test_upgrade_to_0034_drops_runs_finished_idx_and_reloads_the_views(
+    server_params: dict[str, Any],
+) -> None:
+    """Migration 0034: runs_finished_idx is gone, runs_finished_queue_idx and
+    runs_failed_idx stay, and the views read the queue's index (the counts are those
+    before)."""
+    from pgqueue.db import migrate
+    from tests.sql.test_migrations import database_at
+
+    counts = "SELECT queue, state, sum(n) FROM pgqueue.finished_buckets GROUP BY 1, 2 ORDER BY 1, 2"
+    indexes = (
+        "SELECT indexname FROM pg_indexes WHERE schemaname = 'pgqueue'"
+        " AND indexname IN ('runs_finished_idx', 'runs_finished_queue_idx', 'runs_failed_idx')"
+        " ORDER BY 1"
+    )
+    with database_at(server_params, "0033") as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("""
+                UPDATE pgqueue.tally_mark SET upto = now() - interval '1 hour';
+                INSERT INTO pgqueue.runs (task, queue, state, finished_at)
+                SELECT 't', q, s, now() - interval '1 minute'
+                FROM unnest(ARRAY['a', 'm', 'z']) q, unnest(ARRAY['succeeded', 'failed']) s;
+            """)
+            before = conn.execute(counts).fetchall()
+            assert len(conn.execute(indexes).fetchall()) == 3
+        migrate.upgrade(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute(indexes).fetchall() == [
+                ("runs_failed_idx",),
+                ("runs_finished_queue_idx",),
+            ]
+            assert conn.execute(counts).fetchall() == before
+            for view in ("finished_buckets", "queue_stats"):
+                text = conn.execute(
+                    "SELECT pg_get_viewdef(%s::regclass)", (f"pgqueue.{view}",)
+                ).fetchone()
+                assert text is not None and "WITH RECURSIVE walk" in text[0], view
