@@ -139,6 +139,8 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     # Retention: finished runs by age; the parent check probes the primary key per run.
     prune = {"state": "succeeded", "older_than": 0, "limit": 1000, "tallied_only": True}
     assert_uses(plan(big, "prune_runs", prune), "runs_finished_queue_idx")
+    prune["state"] = "failed"
+    assert_uses(plan(big, "prune_runs_failed", prune), "runs_failed_idx")
     # The tally of finished runs reads them from its mark, and what reads the last hour
     # reads the tally and, after the mark, the same index: never the history.
     assert_uses(plan(big, "tally_finished", {"lag_seconds": 10}), "runs_finished_queue_idx")

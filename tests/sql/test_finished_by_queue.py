@@ -6,6 +6,7 @@ the table in the same order gives."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ import pytest
 from pgqueue.dashboard import data
 from pgqueue.db import sql as _sql
 from pgqueue.ops import bulk as _bulk
+from pgqueue.ops.retention import prune_step
 
 Conn = psycopg.Connection[Any]
 FINISHED = ("succeeded", "failed", "canceled")
@@ -115,11 +117,11 @@ def test_a_prune_deletes_the_oldest_of_every_queue_first(history: Conn, state: s
     oldest = history.execute(
         "SELECT id FROM pgqueue.runs WHERE state = %s ORDER BY finished_at, id", (state,)
     ).fetchall()
-    params = {"state": state, "older_than": 0, "limit": 7, "tallied_only": False}
-    deleted = []
+    query, params = prune_step(state, timedelta(0), 7)
+    deleted: list[int] = []
     while True:
         before = {i for (i,) in history.execute("SELECT id FROM pgqueue.runs").fetchall()}
-        n = history.execute(_sql.query("prune_runs"), params).rowcount
+        n = history.execute(query, params).rowcount
         after = {i for (i,) in history.execute("SELECT id FROM pgqueue.runs").fetchall()}
         assert len(before - after) == n
         if not n:
