@@ -11,7 +11,9 @@
 -- (priority, then id: runs_claim_idx), read once per queue, whatever the number of runs
 -- asked about; a run beyond them has 1,000 or more ahead (the dashboard then asks the
 -- planner for an estimate: dashboard_ahead_estimate.sql).
--- Every count reads the partial index of its state, keyed by queue.
+-- Every count reads the partial index of its state, keyed by queue. `q` is
+-- MATERIALIZED: its counts are made once per queue, not once per run asked about (inlined,
+-- the count of busy slots ran 500 times for a page of 500 runs: 47 of its 68 ms).
 WITH r AS (
     SELECT id, queue, state, group_key, priority, run_at, attempt, error, limited,
            wait_event, wait_key, wait_run_id, after
@@ -45,7 +47,7 @@ heads AS (
                LIMIT 1001) a
     ) x
 ),
-q AS (
+q AS MATERIALIZED (
     SELECT n.queue, coalesce(x.paused, false) AS paused, x.concurrency, x.group_concurrency,
            x.rate_limit, x.rate_period, x.group_rate_limit, x.group_rate_period,
            coalesce(x.ordered, false) AS ordered, x.rate_open_at,

@@ -259,9 +259,26 @@ def test_a_page_of_queued_runs_reads_a_bounded_part_of_the_backlog(
     assert read["runs_pkey"] <= data.SCAN, read
     ids = [r[3] for r in conn.execute(query, params).fetchall()]
     assert len(ids) == 500 and ids == sorted(ids, reverse=True)
+    # two live workers serve both queues, and hold the 2,000 running runs
+    conn.execute(
+        "INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version)"
+        " SELECT gen_random_uuid(), 'h', n, '{crawl,default}', 1000, 't'"
+        " FROM generate_series(1, 2) n;"
+        "UPDATE pgqueue.runs SET worker_id = (SELECT min(id::text)::uuid FROM pgqueue.workers)"
+        " WHERE state = 'running'"
+    )
     read = rows_read(conn, _sql.query("dashboard_why"), {"ids": ids})
     queued_read = sum(n for i, n in read.items() if i in ("runs_claim_idx", "runs_group_claim_idx"))
     assert queued_read <= 2 * 1001, read
+    # the queue's counts once per queue (2,000 running runs), not once per run asked about
+    assert read.get("runs_lease_idx", 0) <= 5 * 2000, read  # 1,035,000 when once per run
+    # the runs asked about by primary key, not by filtering a whole index
+    grouped = rows_read(conn, _sql.query("dashboard_group_ahead"), {"ids": ids})
+    assert grouped.get("runs_pkey") == 250, grouped
+    backoffs = rows_read(conn, _sql.query("run_backoffs"), {"ids": ids})
+    assert set(backoffs) == {"runs_pkey"}, backoffs
+    nodes = plan_nodes(plan(conn, _sql.query("run_backoffs"), {"ids": ids}))
+    assert not [n for n in nodes if n["Node Type"].startswith("Gather")], nodes
     # a page further on starts from the cursor, by the same index
     params = {**params, "before_id": ids[-1]}
     read = rows_read(conn, query, params)
