@@ -1,10 +1,14 @@
 -- For queued runs of limited queues among %(ids)s: how many queued runs of the same
 -- group come before each (priority, then id: the order claim_limited() takes a group's
 -- runs in, its turns going round the groups), counted up to 101 through
--- runs_group_claim_idx (queue, priority, group_key, id). The runs asked about are read
--- by primary key first (MATERIALIZED): left to the planner, it read them by filtering
--- every entry of runs_group_claim_idx (25,000 for a queue of 25,000 queued runs).
-WITH r AS MATERIALIZED (
+-- runs_group_claim_idx (queue, priority, group_key, id), one range of it per priority
+-- of the queue up to the run's own (`pairs`: a skip scan of the queued runs' queues and
+-- priorities), each range bounded by the run's id in its own priority. Written as one
+-- range with `priority < ... OR`, the scan started at the queue's first entry and
+-- filtered out the other groups (0.17 ms a run with 200 groups). The runs asked about
+-- are read first (MATERIALIZED): their own plan, by primary key or the small index.
+WITH RECURSIVE {{queued_queue_priorities}}
+r AS MATERIALIZED (
     SELECT id, queue, group_key, priority
     FROM pgqueue.runs
     WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued' AND limited
@@ -12,9 +16,15 @@ WITH r AS MATERIALIZED (
 SELECT r.id,
        (SELECT count(*)
           FROM (SELECT 1
-                  FROM pgqueue.runs a
-                 WHERE a.state = 'queued' AND a.limited AND a.queue = r.queue
-                   AND a.group_key = r.group_key
-                   AND (a.priority < r.priority OR (a.priority = r.priority AND a.id < r.id))
-                 LIMIT 101) x) AS group_ahead
+                  FROM pairs p
+                  CROSS JOIN LATERAL (
+                      SELECT 1
+                      FROM pgqueue.runs a
+                      WHERE a.state = 'queued' AND a.limited AND a.queue = p.queue
+                        AND a.priority = p.priority AND a.group_key = r.group_key
+                        AND a.id < CASE WHEN p.priority < r.priority
+                                        THEN 9223372036854775807 ELSE r.id END
+                      LIMIT 101) z
+                 WHERE p.queue = r.queue AND p.priority <= r.priority
+                 LIMIT 101) y) AS group_ahead
 FROM r

@@ -20,7 +20,7 @@ WITH r AS (
     FROM pgqueue.runs
     WHERE id = ANY (%(ids)s::bigint[]) AND state IN ('scheduled', 'queued', 'waiting')
 ),
-workers AS (
+live AS (
     SELECT w.id, w.queues, w.concurrency
     FROM pgqueue.workers w
     WHERE w.heartbeat_at > now() - interval '60 seconds'
@@ -54,12 +54,12 @@ q AS MATERIALIZED (
            x.group_weights IS NOT NULL AS weighted,
            pgqueue.rate_used(x.rate_slots, x.rate_counts,
                              now() - x.rate_period * interval '1 second') AS rate_used,
-           (SELECT count(*) FROM workers w WHERE n.queue = ANY (w.queues)) AS live_workers,
-           (SELECT coalesce(sum(w.concurrency), 0) FROM workers w WHERE n.queue = ANY (w.queues))
+           (SELECT count(*) FROM live w WHERE n.queue = ANY (w.queues)) AS live_workers,
+           (SELECT coalesce(sum(w.concurrency), 0) FROM live w WHERE n.queue = ANY (w.queues))
                AS slots,
            (SELECT count(*) FROM pgqueue.runs h
              WHERE h.state = 'running'
-               AND h.worker_id IN (SELECT w.id FROM workers w WHERE n.queue = ANY (w.queues)))
+               AND h.worker_id IN (SELECT w.id FROM live w WHERE n.queue = ANY (w.queues)))
                AS busy,
            (SELECT count(*) FROM held h WHERE h.queue = n.queue) AS permits_taken,
            ARRAY(SELECT h.id FROM held h WHERE h.queue = n.queue ORDER BY h.id LIMIT 10)
