@@ -432,8 +432,9 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
         if row is not None:
             row["group_backoff_until" if b["scope"] == "group" else "backoff_until"] = b["until"]
     deep = [r for r in rows if r["ahead"] is not None and r["ahead"] >= why.AHEAD_EXACT]
-    for row in deep[:MAX_ESTIMATES]:  # a planning each (about 0.3 ms)
-        row["ahead_estimate"] = max(why.AHEAD_EXACT, ahead_estimate(conn, row))
+    estimates = ahead_estimates(conn, deep[:MAX_ESTIMATES])
+    for row, estimate in zip(deep, estimates, strict=False):
+        row["ahead_estimate"] = max(why.AHEAD_EXACT, estimate)
     grouped = [r["id"] for r in rows if why.group_limited(r) and r["state"] == RunState.QUEUED]
     if grouped:
         found = conn.execute(_sql.query("dashboard_group_ahead"), {"ids": grouped}).fetchall()
@@ -446,13 +447,26 @@ def explain(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str
 MAX_ESTIMATES = 50  # runs of a page whose place past 1,000 the planner estimates
 
 
-def ahead_estimate(conn: psycopg.Connection[Any], run: dict[str, Any]) -> int:
-    """The planner's estimate of the queued runs ahead of `run` in its queue."""
-    params = {"queue": run["queue"], "priority": run["priority"], "id": run["id"]}
-    cur = conn.execute(_sql.query("dashboard_ahead_estimate"), params, prepare=False)
-    plan = cur.fetchone()
-    assert plan is not None
-    return int(plan[0][0]["Plan"]["Plan Rows"])
+def ahead_estimates(conn: psycopg.Connection[Any], runs: list[dict[str, Any]]) -> list[int]:
+    """The planner's estimate of the queued runs ahead of each of `runs` in its queue: a
+    planning each (about 0.3 ms), sent in one pipeline (half the time of one round trip
+    each: 9 ms instead of 17 for 50)."""
+    query = _sql.query("dashboard_ahead_estimate")
+    with conn.pipeline():
+        cursors = [
+            conn.execute(
+                query,
+                {"queue": run["queue"], "priority": run["priority"], "id": run["id"]},
+                prepare=False,
+            )
+            for run in runs
+        ]
+    estimates = []
+    for cur in cursors:
+        plan = cur.fetchone()
+        assert plan is not None
+        estimates.append(int(plan[0][0]["Plan"]["Plan Rows"]))
+    return estimates
 
 
 def stale(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, list[str]]:
