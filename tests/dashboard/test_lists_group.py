@@ -21,7 +21,7 @@ from pgqueue.dashboard import data
 from pgqueue.ops import search_indexes
 from tests.dashboard.test_data import FILTERS, START, rows_read
 from tests.dashboard.test_lists import search_index
-from tests.dashboard.test_lists_sections import generic_plan, runs_scans
+from tests.dashboard.test_lists_sections import generic_plan, pages_of, runs_scans
 
 # The runs of group 'mine', in queues 'a' and 'b' (neither limited): enqueued first,
 # finished first
@@ -109,19 +109,6 @@ def expected(
     unfinished = sorted((r[0] for r in rows if r[3] is None), reverse=True)
     finished = sorted(((r[3], r[0]) for r in rows if r[3] is not None), reverse=True)
     return unfinished + [r[1] for r in finished]
-
-
-def pages_of(web: TestClient, query: str, limit: int) -> list[dict[str, Any]]:
-    pages = []
-    cursor = ""
-    while True:
-        resp = web.get(f"/api/runs?{query}&limit={limit}{cursor}")
-        assert resp.status_code == 200, resp.text
-        pages.append(resp.json())
-        if not pages[-1]["next"]:
-            return pages
-        assert len(pages) < 1000
-        cursor = "&" + urllib.parse.urlencode({"cursor": pages[-1]["next"]})
 
 
 @pytest.mark.parametrize(
