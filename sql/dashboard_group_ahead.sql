@@ -6,12 +6,13 @@
 -- priorities), each range bounded by the run's id in its own priority. Written as one
 -- range with `priority < ... OR`, the scan started at the queue's first entry and
 -- filtered out the other groups (0.17 ms a run with 200 groups). The runs asked about
--- are read first (MATERIALIZED): their own plan, by primary key or the small index.
+-- are read first, by primary key alone (MATERIALIZED, and the state and `limited` tests
+-- outside it: inside, PostgreSQL 18 read the whole of runs_group_claim_idx instead).
 WITH RECURSIVE {{queued_queue_priorities}}
 r AS MATERIALIZED (
-    SELECT id, queue, group_key, priority
+    SELECT id, queue, group_key, priority, state, limited
     FROM pgqueue.runs
-    WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued' AND limited
+    WHERE id = ANY (%(ids)s::bigint[])
 )
 SELECT r.id,
        (SELECT count(*)
@@ -28,3 +29,4 @@ SELECT r.id,
                  WHERE p.queue = r.queue AND p.priority <= r.priority
                  LIMIT 101) y) AS group_ahead
 FROM r
+WHERE r.state = 'queued' AND r.limited

@@ -274,7 +274,7 @@ def test_a_page_of_queued_runs_reads_a_bounded_part_of_the_backlog(
     assert read.get("runs_lease_idx", 0) <= 5 * 2000, read  # 1,035,000 when once per run
     # the runs asked about by primary key, not by filtering a whole index
     grouped = rows_read(conn, _sql.query("dashboard_group_ahead"), {"ids": ids})
-    assert grouped.get("runs_pkey") == 250, grouped
+    assert grouped.get("runs_pkey") == 500, grouped
     backoffs = rows_read(conn, _sql.query("run_backoffs"), {"ids": ids})
     assert set(backoffs) == {"runs_pkey"}, backoffs
     nodes = plan_nodes(plan(conn, _sql.query("run_backoffs"), {"ids": ids}))
