@@ -1,6 +1,9 @@
 -- How many runs in {states} match a bulk action's filter (pgqueue._bulk): what
 -- `pgqueue runs cancel|retry` prints before it asks, and the dashboard before it acts.
--- Each state reads its partial index (runs_finished_idx for finished runs).
+-- Each state reads its partial index (runs_failed_idx for failed runs alone,
+-- runs_finished_queue_idx for the others: a count reads every match, in no order, so
+-- the whole index or, with a queue, that queue's part; a count of most of the table
+-- may read the table instead).
 SELECT count(*)
 FROM pgqueue.runs r
 WHERE r.state IN ({states})

@@ -1,6 +1,6 @@
 -- The dashboard's overview: pgqueue.queue_stats per queue (each live count reads the
--- partial index of its state; "finished recently" reads runs_finished_idx), the live
--- workers that serve each queue, its group weights, its running runs whose lease
+-- partial index of its state; "finished recently" reads runs_finished_queue_idx), the
+-- live workers that serve each queue, its group weights, its running runs whose lease
 -- expired, and the database's clock.
 SELECT s.*,
        (SELECT count(*) FROM pgqueue.workers w

@@ -5,7 +5,8 @@
 -- worker at a time (the others skip the locked mark), at most an hour of history per
 -- statement (a tally that fell behind catches up over several). `lag_seconds` leaves out
 -- the runs whose finishing transaction may not have committed yet (finished_at is its
--- start). Reads runs_finished_idx from the mark. LIMIT 1: the mark is one row, and
+-- start). Reads runs_finished_queue_idx from the mark, queue by queue (a loose scan of
+-- its queues, sql/parts/finished_queues.sql). LIMIT 1: the mark is one row, and
 -- without statistics of the table (autovacuum off) the planner would take it for
 -- thousands, price the statement in millions and JIT-compile it on every round (0.2 s).
 WITH mark AS (
@@ -19,12 +20,18 @@ WITH mark AS (
 ),
 finished AS MATERIALIZED (
     SELECT date_bin('5 seconds', r.finished_at, timestamptz '2000-01-01 UTC') AS bucket,
-           r.queue, r.state, date_part('epoch', r.started_at - r.run_at) AS pickup,
+           q.queue, r.state, date_part('epoch', r.started_at - r.run_at) AS pickup,
            date_part('epoch', r.finished_at - r.started_at) AS duration
-    FROM pgqueue.runs r, mark m
-    WHERE r.state IN ('succeeded', 'failed', 'canceled')
-      AND r.finished_at >= m.old AND r.finished_at < m.new
-      AND r.finished_at >= pgqueue.tally_upto()  -- m.old or older: for the estimate
+    FROM mark m
+    CROSS JOIN {{finished_queues}} q
+    CROSS JOIN LATERAL (
+        SELECT r.state, r.run_at, r.started_at, r.finished_at
+        FROM pgqueue.runs r
+        WHERE r.state IN ('succeeded', 'failed', 'canceled')
+          AND r.queue = q.queue
+          AND r.finished_at >= m.old AND r.finished_at < m.new
+          AND r.finished_at >= pgqueue.tally_upto()  -- m.old or older: for the estimate
+    ) r
 ),
 counted AS (
     INSERT INTO pgqueue.finished_tally AS t (bucket, queue, state, n, picked, pickup_sum)

@@ -161,8 +161,10 @@ def runs_query(
         if filt.queue is not None:
             name = "dashboard_runs_by_finish_queue"
             return states_query(name, window=FINISHED_STATES, states=(state,)), True
-        window = (RunState.FAILED,) if state == RunState.FAILED else FINISHED_STATES
-        return states_query("dashboard_runs_by_finish", window=window, states=(state,)), True
+        if state == RunState.FAILED:  # runs_failed_idx holds them alone
+            return states_query("dashboard_runs_by_finish_failed", states=(state,)), True
+        name = "dashboard_runs_by_finish"
+        return states_query(name, window=FINISHED_STATES, states=(state,)), True
     if by_group:  # unfinished: group, state
         name = "dashboard_runs_live_group_any"
         return states_query(name, window=LIVE_STATES, states=(state,)), False

@@ -164,6 +164,13 @@ def with_states(
     return sql.SQL(_sql.query(name)).format(states=literals, **extra)
 
 
+def retry_query(states: tuple[str, ...], batch: int) -> sql.Composed:
+    """bulk_retry.sql for finished `states` (runs_finished_queue_idx, queue by queue), or
+    bulk_retry_failed.sql for failed runs alone (runs_failed_idx holds them alone)."""
+    name: LiteralString = "bulk_retry_failed" if states == ("failed",) else "bulk_retry"
+    return with_states(name, states, batch)
+
+
 def cancel_query(state: str, batch: int) -> sql.Composed:
     """bulk_cancel.sql for one live state, read in its partial index's order."""
     return sql.SQL(_sql.query("bulk_cancel")).format(
@@ -206,7 +213,7 @@ def act(
             for state in CANCEL_ORDER
             if state in states
         )
-    query = with_states("bulk_retry", states, batch_size)
+    query = retry_query(states, batch_size)
     return _retry_batches(conn, query, params | {"after_at": EPOCH, "after_id": 0})
 
 

@@ -99,7 +99,13 @@ def prune_step(
         "limit": limit,
         "tallied_only": tallied_only,
     }
-    name: LiteralString = {EVENTS: "prune_events", AUDIT: "prune_audit"}.get(target, "prune_runs")
+    # failed runs alone: runs_failed_idx holds them, every queue at once
+    names: dict[str, LiteralString] = {
+        EVENTS: "prune_events",
+        AUDIT: "prune_audit",
+        "failed": "prune_runs_failed",
+    }
+    name = names.get(target, "prune_runs")
     return _sql.query(name), params
 
 

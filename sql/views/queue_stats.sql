@@ -39,15 +39,36 @@ recent AS (
 ),
 -- Latency histograms of the last minute: the workers' tally, and at most 1,000 of the
 -- runs finished since its mark (the few seconds it trails by; the cap keeps the cost of
--- this view independent of the rate).
+-- this view independent of the rate). Those runs are read from runs_finished_queue_idx
+-- by (queue, finished_at), at most 1,000 per queue, the first 1,000 of them kept: the
+-- queues come from a loose scan of that index (`walk`, as
+-- sql/parts/finished_queues.sql, written out: a view's text is loaded as written).
 unfolded AS (
     SELECT r.queue, k.kind, pgqueue.latency_bin(k.seconds) AS bin, k.seconds
-    FROM (SELECT queue, run_at, started_at, finished_at
-          FROM pgqueue.runs
-          WHERE state IN ('succeeded', 'failed', 'canceled')
-            AND finished_at >= greatest(pgqueue.tally_upto(), now() - interval '1 minute')
-            AND started_at IS NOT NULL
-          ORDER BY finished_at
+    FROM (SELECT f.queue, f.run_at, f.started_at, f.finished_at
+          FROM (WITH RECURSIVE walk(queue) AS (
+                    SELECT min(f.queue) FROM pgqueue.runs f
+                    WHERE f.state IN ('succeeded', 'failed', 'canceled')
+                    UNION ALL
+                    SELECT (SELECT min(f.queue) FROM pgqueue.runs f
+                            WHERE f.state IN ('succeeded', 'failed', 'canceled')
+                              AND f.queue > w.queue)
+                    FROM walk w
+                    WHERE w.queue IS NOT NULL
+                )
+                SELECT queue FROM walk WHERE queue IS NOT NULL) q
+          CROSS JOIN LATERAL (
+              SELECT q.queue, r.run_at, r.started_at, r.finished_at
+              FROM pgqueue.runs r
+              WHERE r.state IN ('succeeded', 'failed', 'canceled')
+                AND r.queue = q.queue
+                AND r.finished_at >= greatest(pgqueue.tally_upto(),
+                                              now() - interval '1 minute')
+                AND r.started_at IS NOT NULL
+              ORDER BY r.finished_at
+              LIMIT 1000
+          ) f
+          ORDER BY f.finished_at
           LIMIT 1000) r,
          LATERAL (VALUES ('pickup',
                           date_part('epoch', r.started_at

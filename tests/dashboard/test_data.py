@@ -112,8 +112,8 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         "queued": "runs_claim_idx",
         "scheduled": "runs_scheduled_idx",
         "running": "runs_lease_idx",
-        "succeeded": "runs_finished_idx",
-        "canceled": "runs_finished_idx",
+        "succeeded": "runs_finished_queue_idx",
+        "canceled": "runs_finished_queue_idx",
         "failed": "runs_failed_idx",
     }
     for state, index in expected.items():
@@ -129,15 +129,15 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         "runs_claim_idx",
         "runs_scheduled_idx",
         "runs_lease_idx",
-        "runs_finished_idx",
+        "runs_finished_queue_idx",
     )
     assert_reads(
         conn,
         _sql.query("dashboard_queue"),
         {"queue": "crawl"},
-        "runs_finished_idx",
+        "runs_finished_queue_idx",
     )
-    assert_reads(conn, _sql.query("dashboard_throughput"), {}, "runs_finished_idx")
+    assert_reads(conn, _sql.query("dashboard_throughput"), {}, "runs_finished_queue_idx")
     assert_reads(
         conn,
         _sql.query("dashboard_groups"),
@@ -176,7 +176,7 @@ def test_dashboard_queries_use_their_indexes(big: psycopg.Connection[Any]) -> No
         query = _bulk.with_states("bulk_count", (state,))
         assert_reads(conn, query, filt, index)
         if action == "retry":
-            query = _bulk.with_states("bulk_retry", (state,), 1000)
+            query = _bulk.retry_query((state,), 1000)
         else:
             query = _bulk.cancel_query(state, 1000)
         assert_reads(conn, query, filt | batch, index)

@@ -282,8 +282,8 @@ def test_a_group_of_a_limited_queue_is_listed_in_any_unfinished_state(
         ),
         (
             data.RunFilter(state="succeeded", task="old", arg="[1]"),
-            "runs_finished_idx",
-            "runs_finished_idx",
+            "runs_finished_queue_idx",
+            "runs_pkey",
         ),
     ],
 )
@@ -301,6 +301,9 @@ def test_the_bounded_filters_read_at_most_a_scan_a_page(
     assert_reads(deep, query, params, index)
     read = rows_read(deep, query, params)
     assert read[bounded] <= data.SCAN + 10, read
+    # the finished runs of every queue: at most SCAN keys of each of the five queues from
+    # the index alone (and a probe per queue to find them), SCAN runs fetched by id
+    assert read.get("runs_finished_queue_idx", 0) <= 5 * (data.SCAN + 2), read
 
 
 def test_an_indexed_argument_filter_is_full_at_any_depth(

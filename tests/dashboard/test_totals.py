@@ -141,7 +141,7 @@ def test_a_failure_group_cancels_its_runs_waiting_to_retry(
 
 def test_totals_and_failures_read_indexes(big: psycopg.Connection[Any]) -> None:  # noqa: F811
     """And the other new statements of the overview, the run page and the lists."""
-    assert_reads(big, _sql.query("dashboard_totals"), {}, "runs_finished_idx")
+    assert_reads(big, _sql.query("dashboard_totals"), {}, "runs_finished_queue_idx")
     # by id, or (PostgreSQL 18's choice) the partial index of running runs' leases: both
     # read a handful of entries
     indexes, full = reads(plan(big, _sql.query("dashboard_stale"), {"ids": [1, 2]}))

@@ -17,9 +17,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import pgqueue
-from pgqueue.ops.retention import parse_duration
+from pgqueue.dashboard import data
+from pgqueue.ops.retention import parse_duration, prune_step
+from tests.dashboard.test_data import FILTERS, START, rows_read
 from tests.helpers import InProcessWorker, WorkerProcess, free_port, scalar, wait_until
-from tests.sql.test_explain import plan, scans
+from tests.sql.test_explain import plan, plan_of, scans
 
 OPS_APP = "tests.apps.ops:app"
 WORKER = "00000000-0000-0000-0000-0000000000aa"
@@ -149,14 +151,25 @@ def test_views_and_retention_read_indexes_on_a_million_runs(
     ).fetchall()
     assert q0 == (4000, 4000)
 
-    for state, indexes in (
-        ("succeeded", {"runs_finished_idx"}),
-        ("failed", {"runs_finished_idx", "runs_failed_idx"}),
-    ):
-        params = {"state": state, "older_than": 86400.0, "limit": 1000, "tallied_only": True}
-        found = scans(plan(conn, "prune_runs", params))
+    for state, index in (("succeeded", "runs_finished_queue_idx"), ("failed", "runs_failed_idx")):
+        query, params = prune_step(state, timedelta(days=1), 1000, tallied_only=True)
+        found = scans(plan_of(conn, query, params))
         assert all("Seq Scan" not in kind for kind, _ in found), found
-        assert indexes & {name for _, name in found}, found
+        assert index in {name for _, name in found}, found
+    # The dashboard's list of finished runs of every queue: each queue's next SCAN keys
+    # from runs_finished_queue_idx alone, SCAN runs fetched by id; a page well under 0.1 s
+    for filt in (data.RunFilter(state="succeeded"), data.RunFilter(state="canceled")):
+        query, _ = data.runs_query(filt)
+        page = {**FILTERS, **START, **filt.params(), "state": filt.state}
+        read = rows_read(conn, query, page)
+        assert read["runs_finished_queue_idx"] <= 5 * (data.SCAN + 2), read
+        assert read["runs_pkey"] <= data.SCAN, read
+        took = []
+        for _ in range(3):
+            began = time.monotonic()
+            conn.execute(query, page, prepare=True).fetchall()
+            took.append(time.monotonic() - began)
+        assert min(took) < 0.1, took
     events_plan = plan(conn, "prune_events", {"older_than": 19900 * 60.0, "limit": 1000})
     assert "events_created_idx" in events_plan and "Seq Scan" not in events_plan
     found = scans(plan(conn, "queue_depth", {"queues": ["q0", "q1"]}))

@@ -138,16 +138,18 @@ def test_hot_queries_use_their_indexes(big: psycopg.Connection[Any]) -> None:
         assert all("Seq Scan" not in kind for kind, _ in scans(text)), (name, scans(text))
     # Retention: finished runs by age; the parent check probes the primary key per run.
     prune = {"state": "succeeded", "older_than": 0, "limit": 1000, "tallied_only": True}
-    assert_uses(plan(big, "prune_runs", prune), "runs_finished_idx")
+    assert_uses(plan(big, "prune_runs", prune), "runs_finished_queue_idx")
+    prune["state"] = "failed"
+    assert_uses(plan(big, "prune_runs_failed", prune), "runs_failed_idx")
     # The tally of finished runs reads them from its mark, and what reads the last hour
     # reads the tally and, after the mark, the same index: never the history.
-    assert_uses(plan(big, "tally_finished", {"lag_seconds": 10}), "runs_finished_idx")
+    assert_uses(plan(big, "tally_finished", {"lag_seconds": 10}), "runs_finished_queue_idx")
     # Completed batches: a probe of runs_batch_idx and of the primary key per candidate.
     batches = scans(plan(big, "prune_batches", {"limit": 1000}))
     assert all("Seq Scan" not in kind for kind, _ in batches), batches
     for name in ("dashboard_throughput", "queue_summary"):
-        assert_uses(plan(big, name, {}), "runs_finished_idx")
-    assert_uses(plan(big, "dashboard_queue", {"queue": "default"}), "runs_finished_idx")
+        assert_uses(plan(big, name, {}), "runs_finished_queue_idx")
+    assert_uses(plan(big, "dashboard_queue", {"queue": "default"}), "runs_finished_queue_idx")
 
 
 def test_claim_plan_check_can_fail(conn: psycopg.Connection[Any]) -> None:
