@@ -1,5 +1,5 @@
 """The statements that read finished runs by time read runs_finished_queue_idx one queue at
-a time, the queues found by a loose scan of that index (sql/parts/finished_queues.sql):
+a time, the queues found by a loose scan of that index (downward) (sql/parts/finished_queues.sql):
 every queue is visited, the first, the last and one whose name sorts between them, and a
 queue without finished runs is no gap. Each statement's result is the one a plain read of
 the table in the same order gives."""
@@ -54,10 +54,10 @@ def by_queue_and_state(conn: Conn) -> dict[tuple[str, str], int]:
 
 def test_every_queue_is_walked_and_none_without_finished_runs(history: Conn) -> None:
     walked = history.execute(f"SELECT queue FROM {_sql.part('finished_queues')} q").fetchall()
-    assert [q for (q,) in walked] == list(QUEUES)
+    assert [q for (q,) in walked] == list(reversed(QUEUES))
     history.execute("DELETE FROM pgqueue.runs WHERE queue = 'mid'")
     walked = history.execute(f"SELECT queue FROM {_sql.part('finished_queues')} q").fetchall()
-    assert [q for (q,) in walked] == ["alpha", "zulu"]
+    assert [q for (q,) in walked] == ["zulu", "alpha"]
     history.execute("DELETE FROM pgqueue.runs WHERE state <> 'queued'")
     assert history.execute(f"SELECT queue FROM {_sql.part('finished_queues')} q").fetchall() == []
 
