@@ -182,7 +182,9 @@ def count(conn: psycopg.Connection[Any], action: str, filt: Filter) -> int:
     """How many runs `action` with this filter would reach now."""
     filt.check_scope()
     query = with_states("bulk_count", filt.states_for(action))
-    row = conn.execute(query, filt.params()).fetchone()
+    with conn.transaction():
+        conn.execute(_sql.query("no_jit"))
+        row = conn.execute(query, filt.params()).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -249,7 +251,9 @@ def _batch(conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str,
     """One batch's row, tried again if it met a deadlock (and was rolled back whole)."""
     for tries_left in range(BATCH_TRIES - 1, -1, -1):
         try:
-            row = conn.execute(query, params).fetchone()
+            with conn.transaction():  # a batch commits on its own, without JIT
+                conn.execute(_sql.query("no_jit"))
+                row = conn.execute(query, params).fetchone()
         except pg_errors.DeadlockDetected:
             if not tries_left:
                 raise

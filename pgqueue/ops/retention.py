@@ -121,9 +121,11 @@ def fold_tally(conn: psycopg.Connection[Any], rounds: int = 48) -> None:
     the last few seconds' runs). Each round commits on its own: `conn` is in
     autocommit, as the App's connections are."""
     for _ in range(rounds):
-        row = conn.execute(
-            _sql.query("tally_finished"), {"lag_seconds": TALLY_LAG_SECONDS}
-        ).fetchone()
+        with conn.transaction():
+            conn.execute(_sql.query("no_jit"))
+            row = conn.execute(
+                _sql.query("tally_finished"), {"lag_seconds": TALLY_LAG_SECONDS}
+            ).fetchone()
         if row is None or not row[1]:
             return
 
@@ -163,9 +165,13 @@ def prune(
     def until_short(step: tuple[LiteralString, Any]) -> int:
         """Run one batch statement until a batch comes back short: the rows deleted."""
         total = 0
-        while (n := conn.execute(*step).rowcount) == batch:
+        while True:
+            with conn.transaction():  # no JIT, as the workers' pruner
+                conn.execute(_sql.query("no_jit"))
+                n = conn.execute(*step).rowcount
             total += n
-        return total + n
+            if n < batch:
+                return total
 
     for target in targets:
         deleted[target] = until_short(prune_step(target, older_than, batch))

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import pgqueue
 from pgqueue.db import sql as _sql
@@ -264,3 +265,66 @@ def test_the_fold_is_priced_below_jit_without_statistics(dsn: str) -> None:
         ).fetchall()
         [[jit_above]] = conn.execute("SELECT current_setting('jit_above_cost')::float8").fetchall()
     assert plan[0]["Plan"]["Total Cost"] < jit_above
+
+
+def database_sql(template: LiteralString, conn: psycopg.Connection[Any]) -> sql.Composed:
+    [[name]] = conn.execute("SELECT current_database()").fetchall()
+    return sql.SQL(template).format(sql.Identifier(name))
+
+
+def test_the_statements_over_finished_runs_run_without_jit(app: pgqueue.App, dsn: str) -> None:
+    """The tally, the workers' pruner, a prune by hand and a bulk retry run with jit off
+    (sql/no_jit.sql): on a deep queue whose statistics were taken before its runs
+    finished, the planner priced a prune that found nothing above jit_above_cost, and
+    compiling it took 985 ms against 69 ms of running it, at every worker start. Triggers
+    record the setting each statement's writes ran under."""
+
+    @app.task(queue="mail")
+    def send() -> None: ...
+
+    ids = [send.enqueue().id for _ in range(6)]
+    finish(dsn, ids[:4], 120)
+    finish(dsn, ids[4:], 120, state="failed")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""
+            CREATE TABLE public.jit_seen (what text, jit text);
+            CREATE FUNCTION public.note_jit() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO public.jit_seen VALUES (TG_ARGV[0], current_setting('jit'));
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER note_tally AFTER INSERT ON pgqueue.finished_tally
+                FOR EACH STATEMENT EXECUTE FUNCTION public.note_jit('tally');
+            CREATE TRIGGER note_prune AFTER DELETE ON pgqueue.runs
+                FOR EACH STATEMENT EXECUTE FUNCTION public.note_jit('prune');
+            CREATE TRIGGER note_retry AFTER UPDATE ON pgqueue.runs
+                FOR EACH STATEMENT EXECUTE FUNCTION public.note_jit('retry');
+        """)
+        conn.execute(database_sql("ALTER DATABASE {} SET jit = on", conn))
+
+    def seen() -> list[tuple[str, str]]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute("DELETE FROM public.jit_seen RETURNING what, jit").fetchall()
+        return sorted({(w, j) for w, j in rows})
+
+    async def prune_as_a_worker() -> None:
+        async with parts.pool(dsn) as pool:
+            await Pruner(pool, Retention(succeeded=timedelta(seconds=60))).tick()
+
+    try:
+        tick(dsn)
+        assert seen() == [("tally", "off")]
+        asyncio.run(prune_as_a_worker())
+        assert seen() == [("prune", "off")]
+        assert sorted(parts.states(dsn).values()) == ["failed", "failed"]
+        assert app.count_where("retry", state="failed") == 2
+        assert app.retry_where(state="failed") == 2
+        assert seen() == [("retry", "off")]
+        finish(dsn, ids[4:], 120)
+        assert app.prune(60)["succeeded"] == 2
+        assert ("prune", "off") in seen()
+        with psycopg.connect(dsn, autocommit=True) as conn:  # the session's own setting
+            assert conn.execute("SHOW jit").fetchone() == ("on",)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(database_sql("ALTER DATABASE {} RESET jit", conn))

@@ -24,8 +24,10 @@ class TallyKeeper(Service):
 
     async def tick(self) -> float:
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_sql.query("tally_finished"), {"lag_seconds": LAG_SECONDS})
-            row = await cur.fetchone()
+            async with conn.transaction():  # no JIT: compiling took longer than the tally
+                await conn.execute(_sql.query("no_jit"))
+                cur = await conn.execute(_sql.query("tally_finished"), {"lag_seconds": LAG_SECONDS})
+                row = await cur.fetchone()
             if self.rounds % PRUNE_EVERY == 0:
                 await conn.execute(_sql.query("prune_tally"))
         self.rounds += 1
